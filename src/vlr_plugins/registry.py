@@ -1,0 +1,125 @@
+"""Named, listable plug-ins (timm-style): one decorator next to each definition.
+
+Every loss, model, reader and metric of the package registers itself in one of the
+registries below, so ``vlr list`` can show it and configs can name it. The registries
+are framework-free; the MMEngine / LAVIS / open_clip integrations copy entries into
+their own registries.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["Entry", "Registry", "LOSSES", "MODELS", "READERS", "METRICS", "all_registries"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Any
+    description: str
+    module: str
+
+
+def _first_doc_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+class Registry:
+    """A name -> object table.
+
+    Registration is idempotent (the same object under the same name is a no-op) and
+    refuses to silently replace a different object: that raises ``KeyError`` naming
+    both definitions, unless ``force=True``.
+    """
+
+    def __init__(self, kind: str, modules: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+        self._modules = modules  # imported on first lookup so that entries exist
+
+    def register(
+        self,
+        obj: T | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        force: bool = False,
+    ) -> T | Callable[[T], T]:
+        def _do(o: T) -> T:
+            key = name or getattr(o, "__name__", None)
+            if not key:
+                raise ValueError(f"cannot register {o!r} in {self.kind}: give it a name")
+            module = getattr(o, "__module__", "?")
+            old = self._entries.get(key)
+            if old is not None and old.obj is not o and not force:
+                if (old.module, getattr(old.obj, "__qualname__", None)) == (
+                    module,
+                    getattr(o, "__qualname__", None),
+                ):
+                    # the same definition re-executed (module reload): keep the newest
+                    pass
+                else:
+                    raise KeyError(
+                        f"{self.kind} already has {key!r} (from {old.module}); "
+                        f"refusing to replace it with the one from {module} (force=True overrides)"
+                    )
+            self._entries[key] = Entry(key, o, description or _first_doc_line(o), module)
+            return o
+
+        return _do(obj) if obj is not None else _do
+
+    def _load(self) -> None:
+        for m in self._modules:
+            importlib.import_module(m)
+
+    def get(self, name: str) -> Any:
+        self._load()
+        try:
+            return self._entries[name].obj
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise KeyError(f"no {self.kind[:-1] if self.kind.endswith('s') else self.kind} "
+                           f"named {name!r}; known: {known}") from None
+
+    def build(self, cfg: dict[str, Any]) -> Any:
+        """Build ``cfg['type'](**rest)``; ``cfg`` is not modified."""
+        if "type" not in cfg:
+            raise KeyError(f"a {self.kind} config needs a 'type' key, got keys {sorted(cfg)}")
+        rest = {k: v for k, v in cfg.items() if k != "type"}
+        return self.get(cfg["type"])(**rest)
+
+    def entries(self, pattern: str = "*") -> list[Entry]:
+        self._load()
+        return [e for k, e in sorted(self._entries.items()) if fnmatch.fnmatch(k, pattern)]
+
+    def names(self, pattern: str = "*") -> list[str]:
+        return [e.name for e in self.entries(pattern)]
+
+    def __contains__(self, name: str) -> bool:
+        self._load()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {len(self._entries)} entries)"
+
+
+LOSSES = Registry("losses", ("vlr_plugins.losses",))
+MODELS = Registry("models", ("vlr_plugins.text",))
+READERS = Registry("readers", ("vlr_plugins.data",))
+METRICS = Registry("metrics", ("vlr_plugins.eval",))
+
+
+def all_registries() -> dict[str, Registry]:
+    return {r.kind: r for r in (LOSSES, MODELS, READERS, METRICS)}
