@@ -1,0 +1,87 @@
+"""Errors raised by the data readers and the embedding store.
+
+Both say what was expected, what was found, and where, so that a bad record in a
+500K-line corpus can be fixed without a debugger.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["DataFormatError", "MissingEmbeddingsError"]
+
+_MAX_LISTED = 20
+
+
+def _type_name(value: Any) -> str:
+    """JSON-flavoured name of ``value``'s type, for "found ..." in messages."""
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+class DataFormatError(ValueError):
+    """A file does not hold what its reader expects.
+
+    Attributes:
+        path: the file, as given to the reader.
+        record: where in the file: a 1-based line number for text files (as editors
+            count), a 0-based row index for Parquet (as ``pyarrow.Table.slice`` counts),
+            or ``None`` when the problem is the whole file.
+        field: the key of the record at fault, or ``None``.
+        record_kind: ``"line"`` or ``"row"``; used only to render the message.
+        problem: the message without the location prefix.
+
+    ``str(err)`` reads ``train.jsonl, line 7, field 'positives': expected a list of
+    strings, found int``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        problem: str,
+        *,
+        record: int | None = None,
+        field: str | None = None,
+        record_kind: str = "line",
+    ) -> None:
+        self.path = path
+        self.record = record
+        self.field = field
+        self.record_kind = record_kind
+        self.problem = problem
+        where = [os.fspath(path)]
+        if record is not None:
+            where.append(f"{record_kind} {record}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {problem}")
+
+
+class MissingEmbeddingsError(KeyError):
+    """Some ids have no row in an embedding store; lists all of them at once.
+
+    Attributes:
+        missing: every missing id, in the order asked for.
+        store: the store's directory (or ``None``).
+
+    The message gives the count and the first 20 ids, so one run finds every gap
+    instead of one per restart.
+    """
+
+    def __init__(self, missing: Iterable[str], store: str | os.PathLike[str] | None = None) -> None:
+        self.missing = list(missing)
+        self.store = store
+        shown = ", ".join(repr(i) for i in self.missing[:_MAX_LISTED])
+        more = len(self.missing) - _MAX_LISTED
+        tail = f", ... and {more} more" if more > 0 else ""
+        where = f" in embedding store {os.fspath(store)}" if store is not None else ""
+        noun = "id has" if len(self.missing) == 1 else "ids have"
+        self.message = f"{len(self.missing)} {noun} no embedding{where}: {shown}{tail}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would repr() the message and wrap it in quotes
+        return self.message

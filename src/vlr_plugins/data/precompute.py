@@ -1,0 +1,356 @@
+"""Precompute frozen image embeddings v = normalize(vision_proj(ViT(I))) into an EmbeddingStore.
+
+Paper sec. 3.2 freezes BLIP's vision tower and trains only the text side, so every
+image is encoded once, here, and training reads the cached vectors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import torch
+
+from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, _check_target
+from vlr_plugins.data.errors import DataFormatError, _type_name
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "BlipImageEncoder",
+    "list_images",
+    "load_encoder",
+    "precompute_image_embeddings",
+]
+
+#: File suffixes (lower-case) that :func:`list_images` picks up from a folder.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+_MAX_LISTED = 20
+
+ImageEncoder = Callable[[list[Any]], torch.Tensor]
+
+
+def _path_id(written: str) -> str:
+    """``dir/a.jpg`` -> ``dir/a``: a path without its extension, '/'-separated."""
+    p = PurePosixPath(written.replace("\\", "/"))
+    return str(p.with_suffix("")) if p.suffix else str(p)
+
+
+def _images_in_folder(folder: Path) -> list[tuple[str, Path]]:
+    found: dict[str, Path] = {}
+    for path in folder.rglob("*"):
+        rel = path.relative_to(folder)
+        # hidden entries (.git, .ipynb_checkpoints, macOS "._x.jpg" resource forks) are not images
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
+            continue
+        image_id = _path_id(rel.as_posix())
+        if image_id in found:
+            raise DataFormatError(
+                folder, f"{found[image_id]} and {path} both give image id {image_id!r}"
+            )
+        found[image_id] = path
+    return sorted(found.items())
+
+
+def _images_in_list(list_file: Path) -> list[tuple[str, Path]]:
+    base = list_file.parent
+    suffix = list_file.suffix.lower()
+    entries: list[tuple[str, Path]] = []
+    first_seen: dict[str, int] = {}
+    with open(list_file, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if suffix == ".txt":
+                written = line.strip()
+                image_id = _path_id(written)
+            else:
+                image_id, written = _parse_list_record(list_file, line_no, line)
+            if image_id in first_seen:
+                raise DataFormatError(
+                    list_file,
+                    f"duplicate image id {image_id!r}, first seen on line {first_seen[image_id]}",
+                    record=line_no,
+                    field="id" if suffix == ".jsonl" else None,
+                )
+            first_seen[image_id] = line_no
+            path = Path(written)
+            entries.append((image_id, path if path.is_absolute() else base / path))
+    return entries
+
+
+def _parse_list_record(list_file: Path, line_no: int, line: str) -> tuple[str, str]:
+    def bad(field: str | None, problem: str) -> DataFormatError:
+        return DataFormatError(list_file, problem, record=line_no, field=field)
+
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise bad(None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(raw, dict):
+        raise bad(None, f"expected a JSON object with 'id' and 'path', found {_type_name(raw)}")
+    image_id, path = raw.get("id"), raw.get("path")
+    if isinstance(image_id, bool) or not isinstance(image_id, (str, int)) or image_id == "":
+        raise bad("id", f"expected a non-empty string or an integer, found {_type_name(image_id)}")
+    if not isinstance(path, str) or not path:
+        raise bad("path", f"expected a non-empty string, found {_type_name(path)}")
+    return str(image_id), path
+
+
+def list_images(source: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """The ``(id, path)`` pairs of the images to encode.
+
+    ``source`` is one of
+
+    - a folder: every ``.jpg .jpeg .png .webp .bmp`` file below it (any case; hidden
+      files and folders skipped), id = path relative to the folder without extension,
+      '/'-separated (``2021/cat.jpg`` -> ``2021/cat``); sorted by id;
+    - a ``.txt`` list: one path per line, id = the path as written without extension;
+    - a ``.jsonl`` list: objects with ``id`` (string or integer) and ``path``.
+
+    List files keep their order; relative paths in them are resolved against the list
+    file's folder. Ids must be unique; two files giving the same id are a
+    :class:`DataFormatError`. Listed files that do not exist are reported all at once
+    in one ``FileNotFoundError``.
+    """
+    source = Path(source)
+    if source.is_dir():
+        return _images_in_folder(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"no image folder or list file at {source}")
+    if source.suffix.lower() not in (".txt", ".jsonl"):
+        raise ValueError(
+            f"cannot list images from {source}: expected a folder, a .txt or a .jsonl list, "
+            f"found suffix {source.suffix or '(none)'!r}"
+        )
+    entries = _images_in_list(source)
+    missing = [str(p) for _, p in entries if not p.is_file()]
+    if missing:
+        more = len(missing) - _MAX_LISTED
+        raise FileNotFoundError(
+            f"{len(missing)} of the {len(entries)} images listed in {source} do not exist: "
+            + ", ".join(missing[:_MAX_LISTED])
+            + (f", ... and {more} more" if more > 0 else "")
+        )
+    return entries
+
+
+class BlipImageEncoder:
+    """BLIP's frozen image side: ``normalize(vision_proj(ViT(I)[:, 0]))``, (n, 256) for BLIP-base.
+
+    Expects a list of PIL images; returns float32 L2-normalised rows on the CPU.
+
+    This is exactly ``image_feat`` of transformers'
+    ``BlipForImageTextRetrieval.forward(use_itm_head=False)``: the CLS token of the
+    vision model's last hidden state (after its post-layernorm), through
+    ``vision_proj``, L2-normalised. Only ``vision_model`` and ``vision_proj`` are kept;
+    the text encoder is dropped after loading.
+
+    Reference: paper sec. 3.2 (v = f_proj^img(Phi^img(I)), BLIP ViT-B base-COCO).
+
+    Args:
+        model_name_or_path: a ``BlipForImageTextRetrieval`` checkpoint whose folder also
+            holds the ``BlipImageProcessor`` config (e.g. ``Salesforce/blip-itm-base-coco``).
+        device: where to run the vision tower.
+        dtype: its compute dtype; output is float32 either way.
+
+    Example::
+
+        >>> enc = BlipImageEncoder("Salesforce/blip-itm-base-coco", device="cuda")  # doctest: +SKIP
+        >>> enc([Image.open("cat.jpg").convert("RGB")]).shape  # doctest: +SKIP
+        torch.Size([1, 256])
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | os.PathLike[str],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        from transformers import BlipForImageTextRetrieval, BlipImageProcessor
+
+        model = BlipForImageTextRetrieval.from_pretrained(model_name_or_path)
+        self.processor = BlipImageProcessor.from_pretrained(model_name_or_path)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.vision_model = model.vision_model.to(device=self.device, dtype=dtype).eval()
+        self.vision_proj = model.vision_proj.to(device=self.device, dtype=dtype).eval()
+        self.dim: int = self.vision_proj.out_features
+        self.name = os.fspath(model_name_or_path)
+
+    def __repr__(self) -> str:
+        return f"BlipImageEncoder({self.name!r}, device={str(self.device)!r}, dim={self.dim})"
+
+    @torch.inference_mode()
+    def __call__(self, images: Sequence[Any]) -> torch.Tensor:
+        """``images``: n PIL images -> (n, D) float32."""
+        pixel_values = self.processor(images=list(images), return_tensors="pt")["pixel_values"]
+        pixel_values = pixel_values.to(device=self.device, dtype=self.dtype)
+        hidden = self.vision_model(pixel_values=pixel_values).last_hidden_state
+        image_feat = self.vision_proj(hidden[:, 0, :])
+        return torch.nn.functional.normalize(image_feat.float(), dim=-1).cpu()
+
+
+def load_encoder(spec: str, **kwargs: Any) -> ImageEncoder:
+    """Build an image encoder from a string, as config files and the CLI name one.
+
+    - ``"blip:<name_or_path>"``: a :class:`BlipImageEncoder`; ``kwargs`` (``device``,
+      ``dtype``) go to it.
+    - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` and takes
+      ``attr``. A class is instantiated with ``kwargs``; anything else (a function, an
+      instance) is returned as is and must be callable, mapping a list of PIL images to
+      an (n, D) tensor. To use a factory function, expose a module-level instance or
+      wrap the factory in a class. An ``int`` attribute ``dim`` and a ``str`` attribute
+      ``name`` are used when present.
+    """
+    if spec.startswith("blip:"):
+        path = spec[len("blip:") :]
+        if not path:
+            raise ValueError("encoder spec 'blip:' needs a model name or path after the colon")
+        return BlipImageEncoder(path, **kwargs)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"encoder spec {spec!r}: expected 'blip:<name_or_path>' or 'module.sub:attr'"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"encoder spec {spec!r}: cannot import {module_name!r}: {e}") from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(f"encoder spec {spec!r}: {module_name} has no {attr!r}") from None
+    if inspect.isclass(obj):
+        obj = obj(**kwargs)
+    elif kwargs:
+        raise TypeError(
+            f"encoder spec {spec!r} names a {_type_name(obj)}, not a class; "
+            f"it takes no keyword arguments (got {sorted(kwargs)})"
+        )
+    if not callable(obj):
+        raise TypeError(f"encoder spec {spec!r}: {_type_name(obj)} {obj!r} is not callable")
+    return obj
+
+
+def _encoder_name(encoder: Any) -> str:
+    name = getattr(encoder, "name", None)
+    if isinstance(name, str):
+        return name
+    target = encoder if inspect.isroutine(encoder) else type(encoder)
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def _open_rgb(path: Path) -> Any:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return im.convert("RGB")
+    except Exception as e:  # PIL raises OSError, ValueError, SyntaxError, DecompressionBombError...
+        raise DataFormatError(path, f"cannot read the image: {type(e).__name__}: {e}") from e
+
+
+def _as_embeddings(out: Any, n: int, dim: int | None, name: str) -> torch.Tensor:
+    emb = torch.as_tensor(out)
+    if emb.ndim != 2 or emb.shape[0] != n or (dim is not None and emb.shape[1] != dim):
+        expected = f"({n}, {dim if dim is not None else 'D'})"
+        raise ValueError(
+            f"image encoder {name} returned shape {tuple(emb.shape)} for {n} images, "
+            f"expected {expected}"
+        )
+    return emb
+
+
+def precompute_image_embeddings(
+    encoder: ImageEncoder,
+    images: Sequence[tuple[str, str | os.PathLike[str]]],
+    out_dir: str | os.PathLike[str],
+    *,
+    batch_size: int = 64,
+    dtype: torch.dtype = torch.float32,
+    shard_size: int = 100_000,
+    meta: dict[str, Any] | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+    num_workers: int = 4,
+) -> EmbeddingStore:
+    """Encode ``images`` once and write their embeddings to an :class:`EmbeddingStore`.
+
+    Args:
+        encoder: maps a list of RGB PIL images to an (n, D) tensor, e.g.
+            ``load_encoder("blip:Salesforce/blip-itm-base-coco")``.
+        images: ``(id, path)`` pairs, e.g. from :func:`list_images`; ids must be unique.
+        out_dir: the store to create; written atomically (nothing appears on failure).
+        batch_size: images per encoder call.
+        dtype: storage dtype of the store (float32 or float16).
+        shard_size: rows per safetensors shard.
+        meta: extra ``index.json`` metadata; ``{"encoder": <encoder name>}`` is added
+            unless ``meta`` sets ``"encoder"`` itself.
+        progress: show a tqdm bar.
+        overwrite: replace an existing store at ``out_dir``.
+        num_workers: threads decoding images (0: decode in the calling thread).
+
+    An unreadable image raises :class:`DataFormatError` naming the file. Returns the
+    written store, opened.
+    """
+    from tqdm.auto import tqdm
+
+    images = [(image_id, Path(path)) for image_id, path in images]
+    first: dict[str, Path] = {}
+    for image_id, path in images:
+        if not isinstance(image_id, str):
+            raise TypeError(f"image ids must be strings, found {_type_name(image_id)} for {path}")
+        if image_id in first:
+            raise ValueError(f"duplicate image id {image_id!r}: {first[image_id]} and {path}")
+        first[image_id] = path
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, found {batch_size}")
+    _check_target(Path(out_dir), overwrite)  # fail before hours of encoding, not after
+
+    name = _encoder_name(encoder)
+    dim = getattr(encoder, "dim", None)
+    dim = dim if isinstance(dim, int) and not isinstance(dim, bool) else None
+    store_meta = {"encoder": name, **(meta or {})}
+
+    def make_writer(d: int) -> EmbeddingStoreWriter:
+        return EmbeddingStoreWriter(
+            out_dir, d, dtype=dtype, shard_size=shard_size, meta=store_meta, overwrite=overwrite
+        )
+
+    writer = make_writer(dim) if dim is not None else None
+    pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
+    try:
+        bar = tqdm(total=len(images), unit="img", desc="encoding images", disable=not progress)
+        with bar:
+            for start in range(0, len(images), batch_size):
+                batch = images[start : start + batch_size]
+                paths = [p for _, p in batch]
+                pil = list(pool.map(_open_rgb, paths)) if pool else [_open_rgb(p) for p in paths]
+                emb = _as_embeddings(encoder(pil), len(batch), dim, name)
+                if writer is None:
+                    dim = int(emb.shape[1])
+                    writer = make_writer(dim)
+                writer.add([i for i, _ in batch], emb)
+                bar.update(len(batch))
+        if writer is None:
+            raise ValueError(
+                f"no images to encode and encoder {name} has no 'dim' to size an empty store"
+            )
+        writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return EmbeddingStore(out_dir)
