@@ -1,0 +1,19 @@
+"""Contrastive image-text losses in plain torch (no trainer ecosystem imported).
+
+Every loss computes on the global batch in a distributed run through the one
+gather helper in :mod:`vlr_plugins.losses._gather`.
+"""
+
+from vlr_plugins.losses.infonce import (
+    HardNegativeInfoNCELoss,
+    InfoNCELoss,
+    MultiPositiveInfoNCELoss,
+)
+from vlr_plugins.losses.multi_positive_infonce import multi_positive_infonce
+
+__all__ = [
+    "multi_positive_infonce",
+    "InfoNCELoss",
+    "MultiPositiveInfoNCELoss",
+    "HardNegativeInfoNCELoss",
+]
