@@ -1,0 +1,49 @@
+"""Batched, progress-reporting text encoding at a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["encode_texts"]
+
+
+@torch.inference_mode()
+def encode_texts(
+    encoder: torch.nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    max_tokens: int,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    desc: str = "encode texts",
+) -> torch.Tensor:
+    """Embed ``texts`` (M,) with ``encoder(input_ids, attention_mask)`` -> (M, D).
+
+    Texts are cut to ``max_tokens`` (special tokens included), as during training.
+    Longest texts go first so that batches are padded little and memory peaks early.
+    """
+    device = torch.device(device) if device is not None else next(encoder.parameters()).device
+    was_training = encoder.training
+    encoder.eval()
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: torch.Tensor | None = None
+    try:
+        for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress,
+                          unit="batch", leave=False):
+            idx = order[start:start + batch_size]
+            tok = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_tokens,
+                            padding=True, return_tensors="pt")
+            emb = encoder(tok["input_ids"].to(device), tok["attention_mask"].to(device)).float().cpu()
+            if out is None:
+                out = torch.empty(len(texts), emb.shape[1])
+            out[torch.tensor(idx)] = emb
+    finally:
+        encoder.train(was_training)
+    if out is None:
+        raise ValueError("no texts to encode")
+    return out
