@@ -1,0 +1,24 @@
+"""MMEngine integration: registries of the ``vlr_plugins`` scope, filled from the core.
+
+Importing this module registers the model, datasets, collate function, metric and
+checkpoint hook; configs reach it with ``custom_imports`` and ``default_scope='vlr_plugins'``.
+"""
+
+from vlr_plugins.integrations.mmengine import dataset, hooks, metric, model  # noqa: F401
+from vlr_plugins.integrations.mmengine.config import recipe_to_mmengine_config
+from vlr_plugins.integrations.mmengine.dataset import (
+    ParagraphTextViewsDataset,
+    RetrievalEvalDataset,
+    vlr_text_views_collate,
+)
+from vlr_plugins.integrations.mmengine.metric import RetrievalRecallMetric
+from vlr_plugins.integrations.mmengine.model import TextOnlyRetrievalModel
+from vlr_plugins.integrations.mmengine.hooks import WeightsOnlyCheckpointHook
+from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS, HOOKS, METRICS, MODELS
+
+__all__ = [
+    "DATASETS", "FUNCTIONS", "HOOKS", "METRICS", "MODELS",
+    "ParagraphTextViewsDataset", "RetrievalEvalDataset", "RetrievalRecallMetric",
+    "TextOnlyRetrievalModel", "WeightsOnlyCheckpointHook",
+    "recipe_to_mmengine_config", "vlr_text_views_collate",
+]

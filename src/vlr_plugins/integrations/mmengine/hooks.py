@@ -1,0 +1,70 @@
+"""Checkpoints that current torch loads with ``weights_only=True``.
+
+Since torch 2.6 ``torch.load`` refuses to unpickle arbitrary objects by default, and
+MMEngine 0.10 checkpoints hold some (the message hub's ``HistoryBuffer`` pickles bound
+methods through ``getattr``; numpy arrays and scalars), so ``resume=True`` fails. Allow-
+listing those globals would allow ``getattr`` — arbitrary code — so instead this hook
+stores them as plain tensors and numbers, and turns them back into what MMEngine
+expects when a checkpoint is loaded. Weights-only loading stays on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
+
+from vlr_plugins.integrations.mmengine.registry import HOOKS
+
+__all__ = ["WeightsOnlyCheckpointHook", "to_weights_only", "from_weights_only"]
+
+_BUFFER = "__vlr_history_buffer__"
+
+
+def to_weights_only(obj: Any) -> Any:
+    """Replace HistoryBuffers, numpy arrays and numpy scalars by tensors / python numbers."""
+    if isinstance(obj, HistoryBuffer):
+        log, count = obj.data
+        return {_BUFFER: True, "log_history": torch.from_numpy(np.asarray(log).copy()),
+                "count_history": torch.from_numpy(np.asarray(count).copy()), "max_length": int(obj.max_length)}
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return type(obj)((k, to_weights_only(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_weights_only(v) for v in obj)
+    return obj
+
+
+def from_weights_only(obj: Any) -> Any:
+    """Inverse of :func:`to_weights_only` for the message hub's history buffers."""
+    if isinstance(obj, dict):
+        if obj.get(_BUFFER):
+            return HistoryBuffer(obj["log_history"].numpy(), obj["count_history"].numpy(), obj["max_length"])
+        return type(obj)((k, from_weights_only(v)) for k, v in obj.items())
+    return obj
+
+
+@HOOKS.register_module()
+class WeightsOnlyCheckpointHook(Hook):
+    """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
+
+    Runs last when saving (after hooks that add to the checkpoint) and converts back
+    after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
+    """
+
+    priority = "VERY_LOW"
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        for key in ("meta", "message_hub"):
+            if key in checkpoint:
+                checkpoint[key] = to_weights_only(checkpoint[key])
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if "message_hub" in checkpoint:
+            checkpoint["message_hub"] = from_weights_only(checkpoint["message_hub"])

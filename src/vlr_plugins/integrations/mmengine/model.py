@@ -1,0 +1,60 @@
+"""The text-only retrieval model as an MMEngine ``BaseModel``: core encoder + core loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from mmengine.model import BaseModel
+
+from vlr_plugins import registry as core
+from vlr_plugins.integrations.mmengine.registry import MODELS
+
+__all__ = ["TextOnlyRetrievalModel"]
+
+
+@MODELS.register_module()
+class TextOnlyRetrievalModel(BaseModel):
+    """Trains a text encoder against frozen, precomputed image embeddings.
+
+    ``text_encoder`` and ``loss`` are configs of the core registries (``vlr list``); the
+    vision tower never runs. Batches come from ``vlr_text_views_collate``: all texts of
+    the batch (positives, then hard negatives) in one padded block, encoded in one pass.
+    """
+
+    def __init__(self, text_encoder: dict, loss: dict, data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        self.text_encoder = core.MODELS.build(text_encoder)
+        self.loss_fn = core.LOSSES.build(loss)
+
+    def forward(
+        self,
+        image_emb: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        text_owner: torch.Tensor,
+        neg_owner: torch.Tensor | None = None,
+        ids: list[str] | None = None,
+        split: list[str] | None = None,
+        mode: str = "tensor",
+    ) -> Any:
+        emb = self.text_encoder(input_ids, attention_mask)
+        n = text_owner.shape[0]
+        text_emb, neg_emb = emb[:n], emb[n:]
+        if mode == "loss":
+            has_neg = neg_owner is not None and neg_owner.numel() > 0
+            loss = self.loss_fn(image_emb, text_emb, text_owner,
+                                neg_emb if has_neg else None, neg_owner if has_neg else None)
+            return {"loss": loss}
+        if mode == "predict":
+            owner = text_owner.tolist()
+            return [
+                {"id": ids[i] if ids else str(i), "split": split[i] if split else "val",
+                 "image_emb": image_emb[i].detach().float().cpu(),
+                 "text_emb": text_emb[[j for j, o in enumerate(owner) if o == i]].detach().float().cpu()}
+                for i in range(image_emb.shape[0])
+            ]
+        if mode == "tensor":
+            return text_emb
+        raise ValueError(f"mode must be 'loss', 'predict' or 'tensor', got {mode!r}")
