@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -17,13 +18,15 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     """Open a temporary sibling of ``path``; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     # "x" rather than tempfile.mkstemp: mkstemp's 0600 mode would survive the rename
     if "b" not in mode:
         kwargs.setdefault("encoding", "utf-8")
     try:
         with open(tmp, mode.replace("w", "x"), **kwargs) as f:
             yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins._io import atomic_open
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
@@ -260,25 +260,15 @@ def write_paragraph_samples(
         raise ValueError(
             f"write_paragraph_samples writes JSON Lines; give a .jsonl path, not {path}"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # not tempfile.mkstemp: its 0600 mode would survive the rename; "x" honours the umask
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            for s in samples:
-                record = {
-                    "id": s.id,
-                    "caption": s.caption,
-                    "positives": list(s.positives),
-                    "hard_negatives": list(s.hard_negatives),
-                    "paragraph": s.paragraph,
-                    "score": s.score,
-                }
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as f:
+        for s in samples:
+            record = {
+                "id": s.id,
+                "caption": s.caption,
+                "positives": list(s.positives),
+                "hard_negatives": list(s.hard_negatives),
+                "paragraph": s.paragraph,
+                "score": s.score,
+            }
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path

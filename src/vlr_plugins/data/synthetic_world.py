@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vlr_plugins._io import atomic_write_text
 from vlr_plugins.data import _world_templates as T
 from vlr_plugins.data.embedding_store import EmbeddingStoreWriter
 from vlr_plugins.data.sample import ParagraphSample, write_paragraph_samples
@@ -262,7 +263,7 @@ class SyntheticWorld:
         write_paragraph_samples(self.train_samples(), paths["train"])
         for s in EVAL_SPLITS:
             lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in self.eval_split(s))
-            _write_text_atomic(paths[f"eval_{s}"], "".join(lines))
+            atomic_write_text(paths[f"eval_{s}"], "".join(lines))
         ids, emb = self.image_embeddings()
         meta = {"source": "vlr_plugins.data.synthetic_world", **dataclasses.asdict(self.config)}
         with EmbeddingStoreWriter(paths["image_embeddings"], self.config.dim, meta=meta,
@@ -281,18 +282,6 @@ class SyntheticWorld:
             "attributes": {a: {v: list(f) for v, f in vs.items()} for a, vs in ATTRIBUTES.items()},
             "images": self._values,
         }
-        _write_text_atomic(paths["world"], json.dumps(world, indent=1) + "\n")
+        atomic_write_text(paths["world"], json.dumps(world, indent=1) + "\n")
         return paths
 
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

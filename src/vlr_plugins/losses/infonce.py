@@ -84,6 +84,16 @@ class _ContrastiveLoss(nn.Module):
                 f"(use HardNegativeInfoNCELoss)"
             )
 
+    def _loss(self, image_emb: Tensor, text_emb: Tensor, text_owner: Tensor | None, **kwargs: Any) -> Tensor:
+        return multi_positive_infonce(
+            image_emb,
+            text_emb,
+            self._owner(image_emb, text_emb, text_owner),
+            temperature=self._temperature(),
+            gather=self.gather,
+            **kwargs,
+        )
+
     def get_config_dict(self) -> dict[str, Any]:
         """Hyperparameters for the model card; ``type(self)(**config)`` rebuilds the loss
         (with the current, possibly learned, temperature)."""
@@ -147,13 +157,7 @@ class InfoNCELoss(_ContrastiveLoss):
             )
         # with as many captions as images, "every image has a caption" (checked by
         # multi_positive_infonce) is "every image has exactly one"
-        return multi_positive_infonce(
-            image_emb,
-            text_emb,
-            self._owner(image_emb, text_emb, text_owner),
-            temperature=self._temperature(),
-            gather=self.gather,
-        )
+        return self._loss(image_emb, text_emb, text_owner)
 
 
 @LOSSES.register
@@ -214,14 +218,7 @@ class MultiPositiveInfoNCELoss(_ContrastiveLoss):
         neg_owner: Tensor | None = None,
     ) -> Tensor:
         self._no_negatives(neg_emb, neg_owner)
-        return multi_positive_infonce(
-            image_emb,
-            text_emb,
-            self._owner(image_emb, text_emb, text_owner),
-            temperature=self._temperature(),
-            variant=self.variant,
-            gather=self.gather,
-        )
+        return self._loss(image_emb, text_emb, text_owner, variant=self.variant)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, **super().get_config_dict()}
@@ -293,17 +290,8 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
                 "HardNegativeInfoNCELoss needs hard negatives: expected neg_emb (M, D), found "
                 "None (use MultiPositiveInfoNCELoss without them)"
             )
-        return multi_positive_infonce(
-            image_emb,
-            text_emb,
-            self._owner(image_emb, text_emb, text_owner),
-            temperature=self._temperature(),
-            neg_emb=neg_emb,
-            neg_owner=neg_owner,
-            variant=self.variant,
-            hard_negative_scope=self.hard_negative_scope,
-            gather=self.gather,
-        )
+        return self._loss(image_emb, text_emb, text_owner, neg_emb=neg_emb, neg_owner=neg_owner,
+                          variant=self.variant, hard_negative_scope=self.hard_negative_scope)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"hard_negative_scope": self.hard_negative_scope, **super().get_config_dict()}
