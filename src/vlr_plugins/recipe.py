@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import inspect
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -446,11 +447,16 @@ def recipe_dirs() -> list[Path]:
     return dirs
 
 
+def _natural(p: Path) -> list:
+    """Sort key putting c2 before c10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.as_posix())]
+
+
 def list_recipes() -> dict[str, Path]:
     """Shipped recipes by name (``paragraph/c5``), skipping ``_base`` files."""
     out: dict[str, Path] = {}
     for root in recipe_dirs():
-        for p in sorted(root.rglob("*.yaml")):
+        for p in sorted(root.rglob("*.yaml"), key=_natural):
             rel = p.relative_to(root).with_suffix("").as_posix()
             if any(part.startswith("_") for part in rel.split("/")):
                 continue

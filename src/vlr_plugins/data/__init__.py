@@ -12,12 +12,15 @@ from vlr_plugins.data.precompute import (
     load_encoder,
     precompute_image_embeddings,
 )
+from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.data.sample import (
     TEXT_FIELDS,
     ParagraphSample,
     read_paragraph_samples,
     write_paragraph_samples,
 )
+from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
+from vlr_plugins.data.text_views import DrawnText, check_samples_have_views, draw_texts
 
 __all__ = [
     "ParagraphSample",
@@ -32,4 +35,11 @@ __all__ = [
     "list_images",
     "load_encoder",
     "BlipImageEncoder",
+    "RetrievalSet",
+    "read_retrieval_jsonl",
+    "DrawnText",
+    "draw_texts",
+    "check_samples_have_views",
+    "SyntheticWorld",
+    "SyntheticWorldConfig",
 ]

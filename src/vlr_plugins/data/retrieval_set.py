@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.registry import READERS
 
 __all__ = ["RetrievalSet", "read_retrieval_jsonl"]
 
@@ -32,8 +33,9 @@ class RetrievalSet:
         return [t for t, o in zip(self.texts, self.text_owner.tolist()) if o == index]
 
 
+@READERS.register(name="retrieval_jsonl")
 def read_retrieval_jsonl(path: str | os.PathLike, name: str | None = None) -> RetrievalSet:
-    """Read JSON Lines of ``{"id": ..., "texts": [...]}`` (one item per line)."""
+    """Retrieval split as JSON Lines of ``{"id": ..., "texts": [...]}``, one item per line."""
     path = str(path)
     ids: list[str] = []
     texts: list[str] = []
