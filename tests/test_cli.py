@@ -1,0 +1,134 @@
+"""The `vlr` command: listing, training from a recipe, clear errors with non-zero exits."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from vlr_plugins.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _quiet_mmengine():
+    yield
+    logging.getLogger("mmengine").handlers.clear()
+
+
+def test_list_shows_every_kind_with_descriptions(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("InfoNCELoss", "MultiPositiveInfoNCELoss", "HardNegativeInfoNCELoss", "BlipTextEncoder",
+                 "paragraph_samples", "retrieval_recall", "paragraph/c5", "paragraph/ablations/neg3"):
+        assert name in out, name
+    line = next(ln for ln in out.splitlines() if "paragraph/c5 " in ln)
+    assert "paragraph" in line.split("paragraph/c5", 1)[1].lower()
+    assert main(["list", "losses", "--pattern", "Hard*"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "losses:" and len(out) == 2 and "HardNegativeInfoNCELoss" in out[1]
+
+
+def _recipe(tmp_path, tiny_world, tiny_encoder_cfg, extra=""):
+    """A tiny variant of the shipped C5 recipe (JSON is valid YAML for the mappings)."""
+    p = tmp_path / "tiny.yaml"
+    p.write_text(
+        f"_base_: {json.dumps(str(_shipped('paragraph/c5')))}\n"
+        f"model: {json.dumps(tiny_encoder_cfg)}\n"
+        "train: {batch_size: 16, epochs: 1, warmup_steps: 1, num_workers: 0, lr: 0.001}\n" + extra
+    )
+    return p
+
+
+def _shipped(name):
+    from vlr_plugins.recipe import find_recipe
+
+    return find_recipe(name)
+
+
+def test_train_runs_a_recipe_and_writes_checkpoints(tmp_path, tiny_world, tiny_encoder_cfg):
+    recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+    work = tmp_path / "work"
+    rc = main(["train", str(recipe), "--train", tiny_world["train"], "--image-embeddings",
+               tiny_world["image_embeddings"], "--work-dir", str(work)])
+    assert rc == 0
+    assert (work / "epoch_1.pth").exists()
+    import torch
+
+    torch.load(work / "epoch_1.pth", weights_only=True)
+    dumped = tmp_path / "cfg.py"
+    assert main(["train", str(recipe), "--train", tiny_world["train"], "--image-embeddings",
+                 tiny_world["image_embeddings"], "--dump-config", str(dumped), "--set", "train.epochs=4"]) == 0
+    from mmengine.config import Config
+
+    cfg = Config.fromfile(str(dumped))
+    assert cfg.train_cfg.max_epochs == 4 and cfg.model.loss.type == "MultiPositiveInfoNCELoss"
+
+
+@pytest.mark.parametrize("case", ["unknown_key", "missing_train", "bad_record"])
+def test_bad_input_exits_non_zero_naming_file_and_field(case, tmp_path, tiny_world, tiny_encoder_cfg):
+    args = ["--image-embeddings", tiny_world["image_embeddings"], "--work-dir", str(tmp_path / "w")]
+    if case == "unknown_key":
+        recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg, extra="optimiser: {lr: 1}\n")
+        args += ["--train", tiny_world["train"]]
+        expected = [str(recipe), "optimiser", "unknown key"]
+    elif case == "missing_train":
+        recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+        args += ["--train", str(tmp_path / "absent.jsonl")]
+        expected = ["data.train", "absent.jsonl"]
+    else:
+        recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+        lines = open(tiny_world["train"]).read().splitlines()
+        lines[2] = lines[2].replace('"caption": "', '"caption": 7, "x": "')
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("\n".join(lines) + "\n")
+        args += ["--train", str(bad)]
+        expected = [str(bad), "line 3", "caption"]
+    out = subprocess.run([sys.executable, "-m", "vlr_plugins.cli", "train", str(recipe), *args],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    err = out.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: ")
+    for word in expected:
+        assert word in err, (word, err)
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").glob("*.pth"))
+
+
+def test_precompute_writes_a_store_from_a_blip_checkpoint(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from PIL import Image
+
+    from vlr_plugins.data import EmbeddingStore
+
+    cfg = transformers.BlipConfig(
+        text_config=dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32),
+        vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                           image_size=32, patch_size=16, initializer_range=0.02),
+        image_text_hidden_size=8,
+    )
+    model_dir = tmp_path / "blip"
+    transformers.BlipForImageTextRetrieval(cfg).save_pretrained(model_dir)
+    transformers.BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(model_dir)
+    images = tmp_path / "images" / "sub"
+    images.mkdir(parents=True)
+    for i, colour in enumerate(["red", "green", "blue"]):
+        Image.new("RGB", (40, 30), colour).save(images / f"im{i}.png")
+    out = tmp_path / "store"
+    assert main(["precompute", "--images", str(tmp_path / "images"), "--encoder", f"blip:{model_dir}",
+                 "--out", str(out), "--batch-size", "2"]) == 0
+    store = EmbeddingStore(out)
+    assert list(store.ids) == ["sub/im0", "sub/im1", "sub/im2"] and store.dim == 8
+    emb = store.get(list(store.ids))
+    assert torch_allclose_unit_norm(emb)
+    # writing again without --overwrite is refused with a clear message and exit 2
+    assert main(["precompute", "--images", str(tmp_path / "images"), "--encoder", f"blip:{model_dir}",
+                 "--out", str(out)]) == 2
+
+
+def torch_allclose_unit_norm(emb):
+    import torch
+
+    return torch.allclose(emb.norm(dim=-1), torch.ones(len(emb)), atol=1e-5)
