@@ -48,3 +48,25 @@ def test_core_import_stays_free_of_ecosystems():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_core_losses_and_encoders_are_registered_as_the_same_objects():
+    from vlr_plugins.integrations.mmengine.registry import MODELS
+    from vlr_plugins.registry import LOSSES
+    from vlr_plugins.registry import MODELS as CORE_MODELS
+
+    for name in LOSSES.names():
+        assert MODELS.get(name) is LOSSES.get(name)
+    assert MODELS.get("BlipTextEncoder") is CORE_MODELS.get("BlipTextEncoder")
+    from vlr_plugins.integrations.mmengine import TextOnlyRetrievalModel
+
+    model = TextOnlyRetrievalModel(
+        text_encoder=dict(type="BlipTextEncoder", config=dict(vocab_size=30, hidden_size=16, num_hidden_layers=1,
+                                                              num_attention_heads=2, intermediate_size=32),
+                          embed_dim=8),
+        loss=dict(type="InfoNCELoss"))
+    import torch
+
+    ids = torch.randint(5, 30, (2, 6))
+    with pytest.raises(ValueError, match="image embeddings are 4-d but the text encoder outputs 8-d"):
+        model(torch.randn(2, 4), ids, torch.ones_like(ids), torch.arange(2), mode="loss")

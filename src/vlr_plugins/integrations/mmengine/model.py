@@ -12,21 +12,27 @@ from vlr_plugins.integrations.mmengine.registry import MODELS
 
 __all__ = ["TextOnlyRetrievalModel"]
 
+# the core losses and text encoders, reachable by name from any config of this scope
+# (e.g. a loss inside another model); the objects are the core's, not copies
+for _entry in (*core.LOSSES.entries(), *core.MODELS.entries()):
+    if _entry.name not in MODELS.module_dict:
+        MODELS.register_module(name=_entry.name, module=_entry.obj)
+
 
 @MODELS.register_module()
 class TextOnlyRetrievalModel(BaseModel):
     """Trains a text encoder against frozen, precomputed image embeddings.
 
-    ``text_encoder`` and ``loss`` are configs of the core registries (``vlr list``); the
-    vision tower never runs. Batches come from ``vlr_text_views_collate``: all texts of
+    ``text_encoder`` and ``loss`` are configs (or built modules) of the core registries
+    (``vlr list``), which are also registered here; the vision tower never runs. Batches come from ``vlr_text_views_collate``: all texts of
     the batch (positives, then hard negatives) in one padded block, encoded in one pass.
     """
 
     def __init__(self, text_encoder: dict, loss: dict, data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
-        self.text_encoder = core.MODELS.build(text_encoder)
-        self.loss_fn = core.LOSSES.build(loss)
+        self.text_encoder = MODELS.build(text_encoder) if isinstance(text_encoder, dict) else text_encoder
+        self.loss_fn = MODELS.build(loss) if isinstance(loss, dict) else loss
 
     def forward(
         self,
@@ -43,6 +49,9 @@ class TextOnlyRetrievalModel(BaseModel):
         n = text_owner.shape[0]
         text_emb, neg_emb = emb[:n], emb[n:]
         if mode == "loss":
+            if image_emb.shape[1] != text_emb.shape[1]:
+                raise ValueError(f"the stored image embeddings are {image_emb.shape[1]}-d but the text "
+                                 f"encoder outputs {text_emb.shape[1]}-d vectors; they must share one space")
             has_neg = neg_owner is not None and neg_owner.numel() > 0
             loss = self.loss_fn(image_emb, text_emb, text_owner,
                                 neg_emb if has_neg else None, neg_owner if has_neg else None)
