@@ -65,7 +65,7 @@ GOOD = json.dumps({"id": "x", "texts": ["a dog"]})
         (json.dumps({"id": "y", "texts": "a cat"}), "texts", "non-empty list"),
         (json.dumps({"id": "y", "texts": ["a cat", "  "]}), "texts", "non-empty strings"),
         (json.dumps({"id": "y", "texts": ["a cat", 3]}), "texts", "non-empty strings"),
-        (json.dumps({"texts": ["a cat"]}), "id", "expected a string"),
+        (json.dumps({"texts": ["a cat"]}), "id", "expected a non-empty string or an integer"),
         (json.dumps({"id": "x", "texts": ["a cat"]}), "id", "duplicate id 'x' (first on line 1)"),
     ],
     ids=["bad-json", "not-object", "missing-texts", "empty-texts", "texts-not-list",
