@@ -94,3 +94,27 @@ def test_an_empty_file_is_an_error(tmp_path, content):
 
     assert (info.value.path, info.value.record, info.value.field) == (str(path), None, None)
     assert str(info.value) == f"{path}: no items"
+
+
+def test_text_kinds_select_a_variant_and_media_are_checked_together(tmp_path):
+    import torch
+
+    from vlr_plugins.data import RetrievalSet
+
+    (tmp_path / "v0.mp4").write_bytes(b"")
+    rs = RetrievalSet("care", ("v0", "v1", "v2"), ("g0", "s0", "g1", "t2", "s2"),
+                      torch.tensor([0, 0, 1, 2, 2]), media=("v0.mp4", "v1.mp4", "v2.mp4"),
+                      media_root=str(tmp_path), categories=("a", "b", "a"),
+                      text_kinds=("general", "spatial", "general", "temporal", "spatial"))
+    assert rs.kinds() == ["general", "spatial", "temporal"]
+    spatial = rs.with_texts("spatial")
+    assert spatial.item_ids == ("v0", "v2") and spatial.texts == ("s0", "s2")
+    assert spatial.text_owner.tolist() == [0, 1] and spatial.categories == ("a", "a")
+    assert spatial.media == ("v0.mp4", "v2.mp4")
+    with pytest.raises(KeyError, match="no texts of kind 'event'"):
+        rs.with_texts("event")
+    with pytest.raises(FileNotFoundError) as e:
+        rs.check_media()
+    assert "2 of 3 media files are missing" in str(e.value) and "v1.mp4" in str(e.value) and "v2.mp4" in str(e.value)
+    with pytest.raises(ValueError, match="categories must have 3 entries"):
+        RetrievalSet("x", ("a", "b", "c"), ("t",), torch.tensor([0]), categories=("a",))

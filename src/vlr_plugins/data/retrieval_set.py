@@ -16,21 +16,81 @@ __all__ = ["RetrievalSet", "read_retrieval_jsonl"]
 
 @dataclass(frozen=True)
 class RetrievalSet:
-    """``item_ids`` (N,), ``texts`` (M,) and ``text_owner`` (M,): the item each text describes.
+    """Items (images or videos) and the texts that describe them, as every reader returns.
 
-    Any number of texts per item (Flickr30k/COCO: ~5, DOCCI/ShareGPT4V: 1).
+    ``item_ids`` (N,), ``texts`` (M,) and ``text_owner`` (M,): the item index each text
+    describes; any number of texts per item (Flickr30k/COCO ~5, DOCCI/ShareGPT4V 1).
+    Optional: ``media`` (N,) the item's file (absolute, or relative to ``media_root``),
+    ``categories`` (N,) a category per item (CaReBench's 4 major categories),
+    ``text_kinds`` (M,) what each text is (``"general"``, ``"spatial"``, ``"temporal"``,
+    ``"event"`` ...) so a benchmark's variants share one item list.
     """
 
     name: str
     item_ids: tuple[str, ...]
     texts: tuple[str, ...]
     text_owner: torch.Tensor
+    media: tuple[str, ...] | None = None
+    media_root: str | None = None
+    categories: tuple[str | None, ...] | None = None
+    text_kinds: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        n, m = len(self.item_ids), len(self.texts)
+        if self.text_owner.shape != (m,):
+            raise ValueError(f"{self.name}: text_owner must have one entry per text ({m}), "
+                             f"found shape {tuple(self.text_owner.shape)}")
+        for attr, size in (("media", n), ("categories", n), ("text_kinds", m)):
+            value = getattr(self, attr)
+            if value is not None and len(value) != size:
+                raise ValueError(f"{self.name}: {attr} must have {size} entries, found {len(value)}")
 
     def __len__(self) -> int:
         return len(self.item_ids)
 
     def texts_of(self, index: int) -> list[str]:
         return [t for t, o in zip(self.texts, self.text_owner.tolist()) if o == index]
+
+    def kinds(self) -> list[str]:
+        """The distinct text kinds, in first-seen order (``[]`` when texts have none)."""
+        return list(dict.fromkeys(self.text_kinds)) if self.text_kinds else []
+
+    def with_texts(self, kind: str) -> RetrievalSet:
+        """The same items with only the texts of one kind (e.g. CaReBench ``"spatial"``).
+
+        Items left without a text are dropped, as a benchmark's variant never scores them.
+        """
+        if not self.text_kinds or kind not in self.text_kinds:
+            raise KeyError(f"{self.name} has no texts of kind {kind!r} (kinds: {self.kinds() or 'none'})")
+        keep_t = [i for i, k in enumerate(self.text_kinds) if k == kind]
+        owners = self.text_owner[keep_t]
+        items = sorted(set(owners.tolist()))
+        remap = {old: new for new, old in enumerate(items)}
+        return RetrievalSet(
+            name=f"{self.name}/{kind}",
+            item_ids=tuple(self.item_ids[i] for i in items),
+            texts=tuple(self.texts[i] for i in keep_t),
+            text_owner=torch.tensor([remap[o] for o in owners.tolist()], dtype=torch.long),
+            media=None if self.media is None else tuple(self.media[i] for i in items),
+            media_root=self.media_root,
+            categories=None if self.categories is None else tuple(self.categories[i] for i in items),
+            text_kinds=tuple(kind for _ in keep_t),
+        )
+
+    def media_paths(self) -> list[str]:
+        if self.media is None:
+            raise ValueError(f"{self.name} lists no media files")
+        root = self.media_root or ""
+        return [os.path.join(root, m) for m in self.media]
+
+    def check_media(self) -> None:
+        """Raise ``FileNotFoundError`` listing every missing media file at once."""
+        missing = [p for p in self.media_paths() if not os.path.exists(p)]
+        if missing:
+            shown = "\n  ".join(missing[:20])
+            more = f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise FileNotFoundError(f"{self.name}: {len(missing)} of {len(self)} media files are missing "
+                                    f"(root {self.media_root or '.'}):\n  {shown}{more}")
 
 
 @READERS.register(name="retrieval_jsonl")
