@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
+from vlr_plugins.text.load import load_text_encoder
 
-__all__ = ["BlipTextEncoder", "build_wordpiece_tokenizer", "words_of"]
+__all__ = ["BlipTextEncoder", "load_text_encoder", "build_wordpiece_tokenizer", "words_of"]
 
 _LAZY = {
     "build_wordpiece_tokenizer": "vlr_plugins.text.tokenizer",

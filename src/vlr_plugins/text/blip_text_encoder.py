@@ -77,6 +77,21 @@ class BlipTextEncoder(nn.Module):
     def max_positions(self) -> int:
         return self.text_encoder.config.max_position_embeddings
 
+    def to_config(self) -> dict[str, Any]:
+        """A registry config that rebuilds this architecture without downloading weights.
+
+        Plain JSON types only, so it can ride in a weights-only checkpoint; load the
+        state dict into ``MODELS.build(enc.to_config())`` to restore the encoder.
+        """
+        import json
+
+        return {
+            "type": type(self).__name__,
+            "config": json.loads(self.text_encoder.config.to_json_string(use_diff=False)),
+            "embed_dim": self.embed_dim,
+            "tokenizer": self.tokenizer_path,
+        }
+
     def load_tokenizer(self):
         """The tokenizer this encoder was trained with (``AutoTokenizer``; local files first)."""
         from transformers import AutoTokenizer

@@ -75,6 +75,15 @@ def test_checkpoints_load_weights_only_and_training_resumes(tiny_world, tiny_enc
     assert ckpt["meta"]["epoch"] == 2
     for k, v in trained.items():
         assert torch.equal(ckpt["state_dict"][k], v)
+    # the checkpoint alone rebuilds the trained text encoder (no config code executed)
+    from vlr_plugins.text import load_text_encoder
+
+    rebuilt = load_text_encoder(tmp_path / "epoch_2.pth")
+    ids = torch.randint(5, 40, (3, 9))
+    mask = torch.ones_like(ids)
+    runner.model.text_encoder.eval()
+    with torch.no_grad():
+        assert torch.allclose(rebuilt(ids, mask), runner.model.text_encoder(ids, mask), atol=1e-6)
     logging.getLogger("mmengine").handlers.clear()
 
     longer = recipe_for("paragraph/c5", tiny_world, tiny_encoder_cfg, epochs=3)

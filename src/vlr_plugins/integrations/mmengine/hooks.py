@@ -54,6 +54,9 @@ def from_weights_only(obj: Any) -> Any:
 class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
 
+    Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
+    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``).
+
     Runs last when saving (after hooks that add to the checkpoint) and converts back
     after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
     """
@@ -61,6 +64,12 @@ class WeightsOnlyCheckpointHook(Hook):
     priority = "VERY_LOW"
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        model = getattr(runner.model, "module", runner.model)
+        encoder = getattr(model, "text_encoder", None)
+        if hasattr(encoder, "to_config"):
+            # lets `vlr eval` / export rebuild the encoder from the checkpoint alone,
+            # without executing the (Python) config text MMEngine stores beside it
+            checkpoint.setdefault("meta", {})["vlr_text_encoder"] = encoder.to_config()
         for key in ("meta", "message_hub"):
             if key in checkpoint:
                 checkpoint[key] = to_weights_only(checkpoint[key])
