@@ -1,7 +1,8 @@
-"""The ``vlr`` command: list, train, precompute, demo.
+"""The ``vlr`` command: list, train, precompute, eval, demo.
 
 Every command exits non-zero with a one-line ``error:`` message naming the file, record
-and field when its input is bad; nothing it writes is left half-written.
+and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
+it writes is left half-written.
 """
 
 from __future__ import annotations
@@ -106,6 +107,62 @@ def cmd_precompute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pairs(items: Sequence[str] | None, what: str) -> dict[str, int]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise ValueError(f"{what} expects NAME=INTEGER, found {item!r}")
+        out[name] = int(value)
+    return out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from vlr_plugins._io import atomic_write_json, atomic_write_text
+    from vlr_plugins.eval.evaluate import evaluate_benchmarks, load_benchmark_specs
+    from vlr_plugins.eval.protocols import token_budgets
+    from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
+    from vlr_plugins.text import load_text_encoder
+
+    specs = load_benchmark_specs(args.benchmarks)
+    protocol = None if args.protocol in (None, "none") else args.protocol
+    budgets = token_budgets(protocol, _pairs(args.budget, "--budget"))
+    truncation = [int(b) for b in args.truncation.split(",")] if args.truncation else None
+    encoder = load_text_encoder(args.model).to(args.device)
+    tokenizer_path = args.tokenizer or getattr(encoder, "tokenizer_path", None)
+    if not tokenizer_path:
+        raise ValueError("the encoder names no tokenizer; pass --tokenizer")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
+    with torch.inference_mode():
+        result = evaluate_benchmarks(encoder, tokenizer, specs, budgets=budgets, truncation=truncation,
+                                     batch_size=args.batch_size, device=args.device)
+    out = args.out
+    report = {"model": str(args.model), "label": label, "protocol": protocol, **result}
+    atomic_write_json(os.path.join(out, "results.json"), report)
+    names = list(result["recall"])
+    table = recall_table_markdown({label: result["recall"]}, names, ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5"))
+    budgets_line = ", ".join(f"{n} {b}" for n, b in result["budgets"].items())
+    atomic_write_text(os.path.join(out, "results.md"),
+                      f"# Retrieval: {label}\n\nToken budgets: {budgets_line}. Recall in %.\n\n{table}")
+    try:
+        plot_recall_bars({label: result["recall"]}, names, os.path.join(out, "recall.png"), title=label)
+        if truncation:
+            from vlr_plugins.eval.truncation import plot_truncation
+
+            for name, curve in result["truncation"].items():
+                plot_truncation({label: curve}, os.path.join(out, f"truncation-{name.replace('/', '-')}.png"))
+    except ImportError:
+        print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
+    print(table)
+    print(f"results: {out}/results.json, {out}/results.md")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlr_plugins.demo import DemoConfig, run_demo
 
@@ -162,6 +219,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(fn=cmd_precompute)
 
+    s = sub.add_parser("eval", help="recall@1/5/10 of a text encoder on benchmarks (streaming, exact)")
+    s.add_argument("--model", required=True, help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s.add_argument("--benchmarks", required=True, help="YAML: benchmarks: [{name, reader, path, item_embeddings, ...}]")
+    s.add_argument("--protocol", default="paragraph-supervision/table2",
+                   help="token budgets per benchmark (eval/protocols.yaml); 'none' for only --budget")
+    s.add_argument("--budget", nargs="*", metavar="NAME=N", help="override a benchmark's token budget")
+    s.add_argument("--truncation", metavar="20,40,...", help="also sweep these encoding budgets and plot them")
+    s.add_argument("--tokenizer", help="default: the encoder's")
+    s.add_argument("--label", help="name of this model in the report (default: file name)")
+    s.add_argument("--out", default="vlr-eval")
+    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--device", default="cpu")
+    s.set_defaults(fn=cmd_eval)
+
     s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world, offline, on a CPU")
     s.add_argument("--out", default="vlr-demo")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
@@ -179,8 +250,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except (RecipeError, DataFormatError, MissingEmbeddingsError, FileNotFoundError, FileExistsError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (RecipeError, DataFormatError, MissingEmbeddingsError, FileNotFoundError, FileExistsError,
+            ValueError, KeyError) as e:
+        if os.environ.get("VLR_DEBUG"):
+            raise
+        # KeyError's str() quotes its message; the others read as written
+        message = e.args[0] if type(e) is KeyError and e.args else e
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
