@@ -29,11 +29,7 @@ def recall_table_markdown(results: Results, splits: Sequence[str],
 def plot_recall_bars(results: Results, splits: Sequence[str], path: str | os.PathLike,
                      metrics: Sequence[str] = ("i2t_r1", "t2i_r1"), title: str = "") -> None:
     """Grouped bars: one panel per split, configurations on the x axis, one bar per metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     configs = list(results)
     fig, axes = plt.subplots(1, len(splits), figsize=(4.2 * len(splits), 3.6), sharey=True, squeeze=False)
     width = 0.8 / len(metrics)
@@ -49,7 +45,26 @@ def plot_recall_bars(results: Results, splits: Sequence[str], path: str | os.Pat
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    _save_figure(fig, path)
+
+
+def _pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, imported only when a plot is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save_figure(fig, path: str | os.PathLike) -> None:
+    """Write ``fig`` atomically in the format its suffix names (PNG without one), then close it."""
+    import matplotlib.pyplot as plt
+
     suffix = os.path.splitext(str(path))[1].lstrip(".") or "png"
-    with atomic_open(path, "wb") as f:
-        fig.savefig(f, format=suffix, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_open(path, "wb") as f:
+            fig.savefig(f, format=suffix, dpi=120)
+    finally:
+        plt.close(fig)
