@@ -1,4 +1,4 @@
-"""Text side: the BLIP text encoder and tokenizers.
+"""Text side: the BLIP text encoder, tokenizers and text-length extension.
 
 Names are resolved on first use, so ``import vlr_plugins.text`` needs neither
 ``transformers`` nor ``tokenizers``.
@@ -9,9 +9,26 @@ from __future__ import annotations
 from typing import Any
 
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
+from vlr_plugins.text.length import (
+    extend_text_context,
+    freeze_leading_rows,
+    frozen_rows_param_groups,
+    stretch_positional_embedding,
+    tokenizer_for_length,
+)
 from vlr_plugins.text.load import load_text_encoder
 
-__all__ = ["BlipTextEncoder", "load_text_encoder", "build_wordpiece_tokenizer", "words_of"]
+__all__ = [
+    "BlipTextEncoder",
+    "build_wordpiece_tokenizer",
+    "extend_text_context",
+    "freeze_leading_rows",
+    "frozen_rows_param_groups",
+    "load_text_encoder",
+    "stretch_positional_embedding",
+    "tokenizer_for_length",
+    "words_of",
+]
 
 _LAZY = {
     "build_wordpiece_tokenizer": "vlr_plugins.text.tokenizer",
