@@ -10,10 +10,18 @@ from vlr_plugins.losses.infonce import (
     MultiPositiveInfoNCELoss,
 )
 from vlr_plugins.losses.multi_positive_infonce import multi_positive_infonce
+from vlr_plugins.losses.pcm import (
+    PrimaryComponentMatchingLoss,
+    primary_component_matching,
+    principal_component_reconstruction,
+)
 
 __all__ = [
     "multi_positive_infonce",
     "InfoNCELoss",
     "MultiPositiveInfoNCELoss",
     "HardNegativeInfoNCELoss",
+    "primary_component_matching",
+    "principal_component_reconstruction",
+    "PrimaryComponentMatchingLoss",
 ]
