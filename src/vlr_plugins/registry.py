@@ -29,8 +29,9 @@ class Entry:
 
 
 def _first_doc_line(obj: Any) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    """The docstring's first paragraph on one line (a summary may wrap)."""
+    doc = (inspect.getdoc(obj) or "").strip()
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 class Registry:
