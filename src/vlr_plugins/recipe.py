@@ -22,12 +22,12 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.data.sample import TEXT_FIELDS
 
 __all__ = [
@@ -434,17 +434,7 @@ def load_recipe(path_or_name: str | os.PathLike, overrides: dict[str, Any] | Non
 
 def recipe_dirs() -> list[Path]:
     """Folders holding shipped recipes: the installed wheel's, else the source tree's."""
-    dirs = []
-    try:
-        packaged = resources.files("vlr_plugins") / "_recipes"
-        if packaged.is_dir():
-            dirs.append(Path(str(packaged)))
-    except (ModuleNotFoundError, FileNotFoundError):
-        pass
-    src_tree = Path(__file__).resolve().parents[2] / "recipes"
-    if src_tree.is_dir() and src_tree not in dirs:
-        dirs.append(src_tree)
-    return dirs
+    return shipped_dirs("recipes")
 
 
 def _natural(p: Path) -> list:

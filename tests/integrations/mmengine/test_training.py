@@ -73,6 +73,8 @@ def test_checkpoints_load_weights_only_and_training_resumes(tiny_world, tiny_enc
     trained = copy.deepcopy(runner.model.state_dict())
     ckpt = torch.load(tmp_path / "epoch_2.pth", map_location="cpu", weights_only=True)
     assert ckpt["meta"]["epoch"] == 2
+    assert ckpt["meta"]["vlr_recipe"]["name"] == "C5"
+    assert ckpt["meta"]["vlr_recipe"]["text_views"]["positives"][1]["field"] == "paragraph"
     for k, v in trained.items():
         assert torch.equal(ckpt["state_dict"][k], v)
     # the checkpoint alone rebuilds the trained text encoder (no config code executed)

@@ -10,6 +10,7 @@ expects when a checkpoint is loaded. Weights-only loading stays on.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,8 @@ class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
 
     Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
-    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``).
+    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), and the recipe
+    (``meta['vlr_recipe']``) for model cards.
 
     Runs last when saving (after hooks that add to the checkpoint) and converts back
     after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
@@ -70,6 +72,9 @@ class WeightsOnlyCheckpointHook(Hook):
             # lets `vlr eval` / export rebuild the encoder from the checkpoint alone,
             # without executing the (Python) config text MMEngine stores beside it
             checkpoint.setdefault("meta", {})["vlr_text_encoder"] = encoder.to_config()
+        recipe = runner.cfg.get("vlr_recipe")
+        if recipe is not None:  # for model cards and exports (plain types only)
+            checkpoint.setdefault("meta", {})["vlr_recipe"] = json.loads(json.dumps(recipe.to_dict()))
         for key in ("meta", "message_hub"):
             if key in checkpoint:
                 checkpoint[key] = to_weights_only(checkpoint[key])
