@@ -1,4 +1,4 @@
-"""The ``vlr`` command: list, train, precompute, eval, demo.
+"""The ``vlr`` command: list, train, precompute, eval, export, push, demo.
 
 Every command exits non-zero with a one-line ``error:`` message naming the file, record
 and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
@@ -163,6 +163,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from vlr_plugins.hf.push import cmd_push as push
+
+    return push(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlr_plugins.demo import DemoConfig, run_demo
 
@@ -233,6 +239,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_eval)
 
+    # no --token: a token on the command line lands in shell history and `ps`
+    s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",
+                       description="Upload an exported folder to a Hub model repository. The token comes "
+                                   "from HF_TOKEN or `hf auth login`.")
+    s.add_argument("folder", help="a folder written by `vlr export` (config.json + *.safetensors)")
+    s.add_argument("repo_id", help="namespace/name; created if missing")
+    s.add_argument("--public", action="store_true", help="create the repository public (default: private)")
+    s.add_argument("--message", "-m", help="commit message (default names the recipe and vlr-plugins version)")
+    s.add_argument("--revision", help="branch to commit to (default: main)")
+    s.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
+    s.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    s.set_defaults(fn=cmd_push)
+
     s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world, offline, on a CPU")
     s.add_argument("--out", default="vlr-demo")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
@@ -246,12 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
+    from vlr_plugins.errors import UserError
     from vlr_plugins.recipe import RecipeError
 
     try:
         return args.fn(args)
-    except (RecipeError, DataFormatError, MissingEmbeddingsError, FileNotFoundError, FileExistsError,
-            ValueError, KeyError) as e:
+    except (UserError, RecipeError, DataFormatError, MissingEmbeddingsError, FileNotFoundError,
+            FileExistsError, ValueError, KeyError) as e:
         if os.environ.get("VLR_DEBUG"):
             raise
         # KeyError's str() quotes its message; the others read as written
