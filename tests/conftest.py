@@ -32,3 +32,26 @@ def tiny_encoder_cfg(tiny_world):
         "embed_dim": 32,
         "tokenizer": tiny_world["tokenizer"],
     }
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, tiny_world, tiny_encoder_cfg):
+    """A `vlr train` checkpoint (C5 on the tiny world, one epoch), written once per session."""
+    import logging
+
+    pytest.importorskip("mmengine")
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.recipe import load_recipe
+
+    work = tmp_path_factory.mktemp("run")
+    recipe = load_recipe("paragraph/c5", {
+        "model": tiny_encoder_cfg,
+        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
+        "train": {"batch_size": 16, "epochs": 1, "warmup_steps": 1, "num_workers": 0, "lr": 1e-3},
+    })
+    Runner.from_cfg(Config(recipe_to_mmengine_config(recipe, str(work), log_level="WARNING"))).train()
+    logging.getLogger("mmengine").handlers.clear()
+    return work / "epoch_1.pth"

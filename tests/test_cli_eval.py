@@ -3,31 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
 pytest.importorskip("mmengine")
 from vlr_plugins.cli import main  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tiny_world, tiny_encoder_cfg):
-    from mmengine.config import Config
-    from mmengine.runner import Runner
-
-    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
-    from vlr_plugins.recipe import load_recipe
-
-    work = tmp_path_factory.mktemp("run")
-    recipe = load_recipe("paragraph/c5", {
-        "model": tiny_encoder_cfg,
-        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
-        "train": {"batch_size": 16, "epochs": 1, "warmup_steps": 1, "num_workers": 0, "lr": 1e-3},
-    })
-    Runner.from_cfg(Config(recipe_to_mmengine_config(recipe, str(work), log_level="WARNING"))).train()
-    logging.getLogger("mmengine").handlers.clear()
-    return work / "epoch_1.pth"
 
 
 def write_benchmarks(tmp_path, tiny_world, extra=""):
@@ -41,18 +21,18 @@ def write_benchmarks(tmp_path, tiny_world, extra=""):
     return p
 
 
-def test_eval_reports_recall_equal_to_the_engine(checkpoint, tiny_world, tmp_path, capsys):
+def test_eval_reports_recall_equal_to_the_engine(tiny_checkpoint, tiny_world, tmp_path, capsys):
     from vlr_plugins.data import read_retrieval_jsonl
     from vlr_plugins.eval import evaluate_retrieval_set
     from vlr_plugins.text import load_text_encoder
 
     out = tmp_path / "out"
-    rc = main(["eval", "--model", str(checkpoint), "--benchmarks", str(write_benchmarks(tmp_path, tiny_world)),
+    rc = main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(write_benchmarks(tmp_path, tiny_world)),
                "--protocol", "none", "--budget", "short=20", "--out", str(out), "--label", "c5-tiny"])
     assert rc == 0
     report = json.loads((out / "results.json").read_text())
     assert report["budgets"] == {"short": 20, "long": 128} and report["label"] == "c5-tiny"
-    encoder = load_text_encoder(checkpoint)
+    encoder = load_text_encoder(tiny_checkpoint)
     tok = tiny_world["object"].tokenizer()
     for name, budget in (("short", 20), ("long", 128)):
         rs = read_retrieval_jsonl(tiny_world[f"eval_{name}"], name)
@@ -63,13 +43,13 @@ def test_eval_reports_recall_equal_to_the_engine(checkpoint, tiny_world, tmp_pat
     assert "| c5-tiny |" in capsys.readouterr().out
 
 
-def test_eval_without_a_budget_or_with_a_bad_file_exits_2(checkpoint, tiny_world, tmp_path, capsys):
+def test_eval_without_a_budget_or_with_a_bad_file_exits_2(tiny_checkpoint, tiny_world, tmp_path, capsys):
     bench = write_benchmarks(tmp_path, tiny_world)
-    assert main(["eval", "--model", str(checkpoint), "--benchmarks", str(bench), "--protocol", "none",
+    assert main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(bench), "--protocol", "none",
                  "--out", str(tmp_path / "o")]) == 2
     assert "benchmark 'short' has no token budget" in capsys.readouterr().err
     bad = write_benchmarks(tmp_path, tiny_world, extra="  - {name: x, reader: nope, path: a, item_embeddings: b}\n")
-    assert main(["eval", "--model", str(checkpoint), "--benchmarks", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "benchmark 3" in err and "'reader'" in err and "unknown reader 'nope'" in err
     assert not (tmp_path / "o").exists()

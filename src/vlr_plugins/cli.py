@@ -163,6 +163,52 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merged_eval(paths: Sequence[str] | None) -> dict:
+    """Several `vlr eval` results.json of one model merged (later files win per benchmark)."""
+    import json
+
+    merged: dict = {"recall": {}, "budgets": {}}
+    for path in paths or []:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        if not isinstance(result, dict) or not isinstance(result.get("recall"), dict):
+            raise ValueError(f"{path}: expected the results.json of `vlr eval` (a 'recall' mapping)")
+        merged["recall"].update(result["recall"])
+        merged["budgets"].update(result.get("budgets") or {})
+    return merged
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from vlr_plugins.hf import export_text_encoder
+    from vlr_plugins.hf.card import build_model_card
+
+    meta: dict = {}
+    if not args.checkpoint.startswith("blip:"):
+        if not os.path.isfile(args.checkpoint):
+            raise FileNotFoundError(f"no checkpoint at {args.checkpoint}")
+        # mmap: only the metadata is read here; the weights are read once, by the export
+        meta = torch.load(args.checkpoint, map_location="cpu", weights_only=True, mmap=True).get("meta") or {}
+    recipe = meta.get("vlr_recipe")
+    evals = _merged_eval(args.eval)
+    name = args.name or os.path.basename(os.path.normpath(args.out))
+    extra = {"eval_results.json": json.dumps(evals, indent=2) + "\n"} if args.eval else {}
+    if recipe is not None:
+        encoder_dim = (meta.get("vlr_text_encoder") or {}).get("embed_dim")
+        card = build_model_card(recipe, model_name=name, repo_id=args.repo_id, eval_results=evals,
+                                embed_dim=encoder_dim, license=args.license)
+        extra["README.md"] = str(card)
+    else:
+        print("no recipe recorded with this model: no model card written", file=sys.stderr)
+    out = export_text_encoder(args.checkpoint, args.out, tokenizer=args.tokenizer, recipe=recipe,
+                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra)
+    print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
+    return 0
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     from vlr_plugins.hf.push import cmd_push as push
 
@@ -238,6 +284,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch-size", type=int, default=256)
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
+    s.add_argument("checkpoint", help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s.add_argument("out", help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
+    s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")
+    s.add_argument("--name", help="model name in the card (default: the folder name)")
+    s.add_argument("--repo-id", help="Hub id used in the card's usage example")
+    s.add_argument("--license", help="license id for the card metadata")
+    s.add_argument("--tokenizer", help="default: the encoder's")
+    s.add_argument("--no-remote-code", action="store_true",
+                   help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
+    s.add_argument("--overwrite", action="store_true")
+    s.set_defaults(fn=cmd_export)
 
     # no --token: a token on the command line lands in shell history and `ps`
     s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",

@@ -1,0 +1,200 @@
+"""Export a trained text encoder as a Hub-ready transformers folder (safetensors, config, code, tokenizer)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["export_text_encoder"]
+
+#: files that would need unpickling to load; an export must never contain one
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _family_member(encoder: torch.nn.Module) -> type:
+    from vlr_plugins.hf import FAMILY
+
+    name = type(encoder).__name__
+    for _, model_cls in FAMILY:
+        if model_cls.vlr_encoder_type == name:
+            return model_cls
+    known = ", ".join(m.vlr_encoder_type for _, m in FAMILY)
+    raise TypeError(f"cannot export a {name}: vlr_plugins.hf has transformers classes for {known}")
+
+
+def _recipe_fields(recipe: Any) -> tuple[str | None, dict[str, int], str | None]:
+    """(name, token budgets of its text views, pretrained model) of a recipe name, ``Recipe`` or its dict."""
+    if recipe is None or isinstance(recipe, str):
+        return recipe, {}, None
+    if hasattr(recipe, "to_dict"):
+        recipe = recipe.to_dict()
+    if not isinstance(recipe, Mapping):
+        raise TypeError(f"recipe must be a name, a Recipe or Recipe.to_dict(), found {type(recipe).__name__}")
+    views = recipe.get("text_views") or {}
+    budgets: dict[str, int] = {}
+    for view in (*views.get("positives", ()), *views.get("negatives", ())):
+        budgets[view["field"]] = max(budgets.get(view["field"], 0), int(view["max_tokens"]))
+    return recipe.get("name"), budgets, (recipe.get("model") or {}).get("pretrained")
+
+
+def _image_space(pretrained: str | None, embed_dim: int) -> dict[str, Any]:
+    if pretrained:
+        # the recipes align texts to BLIP's own frozen image embeddings: vision_proj of [CLS], normalised
+        return {"model": pretrained, "projection": "vision_proj", "dim": embed_dim, "normalized": True}
+    return {"dim": embed_dim, "normalized": True}
+
+
+def _load_tokenizer(tokenizer: Any, encoder: torch.nn.Module) -> Any:
+    if tokenizer is None:
+        if getattr(encoder, "tokenizer_path", None) is None:
+            raise ValueError(f"{type(encoder).__name__} names no tokenizer; "
+                             "pass tokenizer= (a tokenizer or its folder)")
+        return encoder.load_tokenizer()
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    if not hasattr(tokenizer, "save_pretrained"):
+        raise TypeError("tokenizer must be a transformers tokenizer or its folder, "
+                        f"found {type(tokenizer).__name__}")
+    return tokenizer
+
+
+@contextlib.contextmanager
+def _registered_for_auto_class(model: torch.nn.Module) -> Iterator[None]:
+    """``register_for_auto_class`` for the length of one save: it is class state, and a save
+    with ``remote_code=False`` (or any other save in this process) must not write code."""
+    classes = ((type(model.config), "AutoConfig"), (type(model), "AutoModel"))
+    before = [(cls, cls.__dict__.get("_auto_class")) for cls, _ in classes]
+    try:
+        for cls, auto in classes:
+            cls.register_for_auto_class(auto)
+        yield
+    finally:
+        for cls, value in before:
+            if value is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(cls, "_auto_class")
+            else:
+                cls._auto_class = value
+
+
+def export_text_encoder(
+    encoder_or_checkpoint: torch.nn.Module | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    token_budgets: Mapping[str, int] | None = None,
+    image_embedding_space: Mapping[str, Any] | None = None,
+    recipe: Any = None,
+    remote_code: bool = True,
+    overwrite: bool = False,
+    verify: bool = True,
+    extra_files: Mapping[str, str | bytes] | None = None,
+) -> Path:
+    """Write ``out_dir``: a folder ``AutoModel.from_pretrained`` loads, with or without vlr-plugins.
+
+    ``encoder_or_checkpoint``: a ``BlipTextEncoder``, a ``vlr train`` checkpoint (``.pth``)
+    or ``blip:<hub name or folder>`` (see :func:`vlr_plugins.text.load_text_encoder`).
+
+    Writes ``config.json`` (a member of the vlr retrieval family, e.g.
+    ``vlr_blip_text_encoder``), ``model.safetensors`` and the tokenizer files; with
+    ``remote_code`` also ``modeling_vlr.py`` / ``configuration_vlr.py`` and the config's
+    ``auto_map``, so ``AutoModel.from_pretrained(out_dir, trust_remote_code=True)`` works
+    where vlr-plugins is not installed. Without it, ``import vlr_plugins.hf`` is needed.
+
+    ``recipe``: its name, or the ``Recipe`` (or ``Recipe.to_dict()``) that trained the
+    encoder, whose text views give the token budgets and whose ``model.pretrained`` names
+    the image-embedding space; ``token_budgets`` / ``image_embedding_space`` override
+    them. The tokenizer (default: the encoder's own) is saved with ``model_max_length``
+    capped at the encoder's positions.
+
+    The folder is written beside ``out_dir`` and renamed into place, so a reader never
+    sees half an export; ``overwrite`` replaces an existing one. ``verify`` reloads the
+    weights from the written safetensors and checks they equal the encoder's. No file
+    that needs unpickling is written, and none is read but through ``weights_only``.
+    ``extra_files`` (name -> text or bytes; e.g. ``README.md``, eval results) are written
+    into the folder before it is renamed into place.
+
+    Example::
+
+        >>> recipe = load_recipe("paragraph/c5")  # doctest: +SKIP
+        >>> export_text_encoder("work_dirs/c5/epoch_10.pth", "blip-c5", recipe=recipe)  # doctest: +SKIP
+        >>> AutoModel.from_pretrained("blip-c5", trust_remote_code=True)  # doctest: +SKIP
+    """
+    import vlr_plugins
+    from vlr_plugins.text import load_text_encoder
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
+    if isinstance(encoder_or_checkpoint, (str, os.PathLike)):
+        encoder = load_text_encoder(encoder_or_checkpoint)
+    elif isinstance(encoder_or_checkpoint, torch.nn.Module):
+        encoder = encoder_or_checkpoint
+    else:
+        raise TypeError("encoder_or_checkpoint must be a text encoder module or a checkpoint path, "
+                        f"found {type(encoder_or_checkpoint).__name__}")
+    model_cls = _family_member(encoder)
+
+    recipe_name, budgets, recipe_pretrained = _recipe_fields(recipe)
+    if token_budgets is not None:
+        budgets = {str(k): v for k, v in token_budgets.items()}
+    embed_dim = encoder.embed_dim
+    space = (dict(image_embedding_space) if image_embedding_space is not None
+             else _image_space(getattr(encoder, "pretrained", None) or recipe_pretrained, embed_dim))
+    model = model_cls.from_vlr_encoder(encoder, token_budgets=budgets, image_embedding_space=space,
+                                       recipe=recipe_name, vlr_plugins_version=vlr_plugins.__version__)
+
+    tok = copy.deepcopy(_load_tokenizer(tokenizer, encoder))
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tok) > vocab:
+        raise ValueError(f"the tokenizer has {len(tok)} tokens but the text encoder embeds only {vocab}")
+    positions = model.config.max_positions
+    if positions is not None and (tok.model_max_length is None or tok.model_max_length > positions):
+        # so that truncation=True without max_length never exceeds the positions
+        tok.model_max_length = positions
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with _registered_for_auto_class(model) if remote_code else contextlib.nullcontext():
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        for name, content in (extra_files or {}).items():
+            if os.path.basename(name) != name:
+                raise ValueError(f"extra file names are plain names in the folder, found {name!r}")
+            (tmp / name).write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+        _check_export(tmp, model, model_cls, verify)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
+            os.rename(out_dir, old)
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _check_export(folder: Path, model: torch.nn.Module, model_cls: type, verify: bool) -> None:
+    pickled = sorted(p.name for p in folder.iterdir() if p.name.endswith(_PICKLE_SUFFIXES))
+    if pickled:
+        raise RuntimeError(f"export wrote files that would need unpickling to load: {pickled}")
+    if not any(p.name.endswith(".safetensors") for p in folder.iterdir()):
+        raise RuntimeError(f"export wrote no .safetensors weights in {folder}")
+    if verify:
+        back = model_cls.from_pretrained(folder, use_safetensors=True)
+        theirs = back.state_dict()
+        for key, value in model.state_dict().items():
+            if key not in theirs or not torch.equal(theirs[key], value):
+                raise RuntimeError(f"{folder}: weight {key!r} does not round-trip through safetensors")
