@@ -1,4 +1,4 @@
-"""The ``vlr`` command: list, train, precompute, eval, export, push, demo.
+"""The ``vlr`` command: list, train, openclip-train, precompute, eval, export, push, demo.
 
 Every command exits non-zero with a one-line ``error:`` message naming the file, record
 and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
@@ -297,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(fn=cmd_export)
+
+    from vlr_plugins.integrations.open_clip.cli import add_cli as add_openclip_train
+
+    add_openclip_train(sub)
 
     # no --token: a token on the command line lands in shell history and `ps`
     s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",

@@ -66,6 +66,13 @@ def recipe_to_mmengine_config(
     is read here.
     """
     t, d = recipe.train, recipe.data
+    from vlr_plugins.registry import MODELS
+
+    if recipe.model["type"] not in MODELS:
+        hint = " (open_clip recipes run with `vlr openclip-train`)" if recipe.model["type"] == "open_clip" else ""
+        raise RecipeError(recipe.source, "model.type",
+                          f"{recipe.model['type']!r} is not a registered text encoder{hint}; "
+                          f"registered: {', '.join(MODELS.names())}")
     for key in ("train", "image_embeddings"):
         if not getattr(d, key):
             raise RecipeError(recipe.source, f"data.{key}", "missing: set it in the recipe or on the command line")

@@ -1,0 +1,282 @@
+"""The one place that patches open_clip_train: three names of ``open_clip_train.main``.
+
+Inside :func:`patched_open_clip_train`, ``open_clip_train.main.main`` runs its own loop
+with
+
+* ``create_model_and_transforms``: the model it creates (stretched to a longer text
+  context first, when asked) wrapped in :class:`TextBatchCLIP`;
+* ``create_loss``: :class:`OpenCLIPLoss` around the chosen core loss;
+* ``get_data``: our training data (several texts per image, ``(images, TextBatch)``
+  batches); validation and ImageNet zero-shot data stay open_clip_train's.
+
+Nothing else of open_clip_train is touched; everything is restored on exit. With
+frozen leading positional rows (Long-CLIP), an optimizer step hook also restores those
+rows after every step: open_clip_train's AdamW decays every 2-D weight, and decoupled
+weight decay would otherwise move rows that get no gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vlr_plugins.integrations.open_clip.dataset import (
+    SAMPLE_SUFFIXES,
+    SampleTokenizer,
+    TextViewsImageDataset,
+    make_train_loader,
+    read_image_text_samples,
+)
+from vlr_plugins.integrations.open_clip.long_context import (
+    create_long_context_model_and_transforms,
+    text_positional_embedding,
+)
+from vlr_plugins.integrations.open_clip.loss import build_openclip_loss
+from vlr_plugins.integrations.open_clip.model import TextBatchCLIP
+from vlr_plugins.recipe import TextView, TextViews
+
+__all__ = ["VLRTrainOptions", "patched_open_clip_train", "PATCHED_NAMES"]
+
+PATCHED_NAMES = ("create_model_and_transforms", "create_loss", "get_data")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VLRTrainOptions:
+    """What the vlr side of a run needs; :mod:`.train` builds it from the command line.
+
+    ``context_length``: stretch the text tower to this many positions (``None``: keep,
+    unless the model name is ``<base>-ctx<N>``). ``keep_positions`` rows stay as they
+    were, and with ``freeze_kept_positions`` they do not train (Long-CLIP).
+    """
+
+    loss: dict[str, Any] = field(default_factory=lambda: {"type": "InfoNCELoss"})
+    views: TextViews | None = None
+    temperature: str = "model"
+    short: str | None = None
+    image_embeddings: str | None = None
+    image_key: str | None = None
+    image_root: str | None = None
+    context_length: int | None = None
+    keep_positions: int = 20
+    freeze_kept_positions: bool = True
+    fraction: float = 1.0
+    data_seed: int = 0
+
+
+class _Run:
+    """State shared by the patched functions of one ``open_clip_train.main.main`` call."""
+
+    def __init__(self, options: VLRTrainOptions, originals: dict[str, Any]) -> None:
+        self.options, self.originals = options, originals
+        self.model: torch.nn.Module | None = None
+        self.kept_rows: list[tuple[torch.nn.Parameter, int, torch.Tensor | None]] = []
+
+    # ----------------------------------------------------------------- model
+    def create_model_and_transforms(
+        self, model_name: str, pretrained: str | None = None, **kwargs: Any
+    ) -> tuple[Any, Any, Any]:
+        if self.model is not None:
+            raise RuntimeError(
+                "open_clip_train created a second model (distillation?); the vlr "
+                "integration supports one"
+            )
+        o = self.options
+        if o.context_length is not None:
+            model, *transforms = create_long_context_model_and_transforms(
+                model_name,
+                pretrained,
+                context_length=o.context_length,
+                keep=o.keep_positions,
+                train_new_only=o.freeze_kept_positions,
+                **kwargs,
+            )
+        else:
+            model, *transforms = self.originals["create_model_and_transforms"](
+                model_name, pretrained, **kwargs
+            )
+        if isinstance(model, torch.jit.ScriptModule):
+            raise ValueError("a TorchScript model cannot take a TextBatch: drop --torchscript")
+        self.model = model
+        try:
+            pos = text_positional_embedding(model)
+        except TypeError:  # e.g. a Hugging Face text tower: nothing of ours to keep fixed
+            pos = None
+        if getattr(pos, "frozen_rows", 0):
+            self.kept_rows.append((pos, pos.frozen_rows, None))
+        return (TextBatchCLIP(model), *transforms)
+
+    def before_step(self, *_: Any) -> None:
+        # the first step's values are the loaded ones (fresh or resumed)
+        for i, (p, rows, saved) in enumerate(self.kept_rows):
+            if saved is None:
+                self.kept_rows[i] = (p, rows, p.detach()[:rows].clone())
+
+    def after_step(self, *_: Any) -> None:
+        with torch.no_grad():
+            for p, rows, saved in self.kept_rows:
+                p[:rows].copy_(saved)
+
+    # ----------------------------------------------------------------- loss
+    def create_loss(self, args: argparse.Namespace) -> Any:
+        return build_openclip_loss(self.options.loss, self.options.temperature)
+
+    # ----------------------------------------------------------------- data
+    def get_data(
+        self, args: argparse.Namespace, preprocess_fns: Any, epoch: int = 0, tokenizer: Any = None
+    ) -> dict[str, Any]:
+        others = argparse.Namespace(**vars(args))
+        others.train_data = None
+        data = self.originals["get_data"](others, preprocess_fns, epoch=epoch, tokenizer=tokenizer)
+        data["train"] = self._train_data(args, preprocess_fns, epoch, tokenizer)
+        return data
+
+    def _train_data(
+        self, args: argparse.Namespace, preprocess_fns: Any, epoch: int, tokenizer: Any
+    ) -> Any:
+        o = self.options
+        model = self.model
+        context_length = int(getattr(tokenizer, "context_length", 0) or model.context_length)
+        if context_length != model.context_length:
+            raise ValueError(
+                f"the tokenizer makes {context_length} tokens but the model takes "
+                f"{model.context_length}; pass --force-context-length or a '-ctx' model"
+            )
+        views = o.views or TextViews((TextView("caption", context_length),))
+        texts = SampleTokenizer(tokenizer, context_length, views, o.short)
+        path = args.train_data
+        if args.dataset_type == "webdataset" or not path.lower().endswith(SAMPLE_SUFFIXES):
+            from vlr_plugins.integrations.open_clip.webdataset import get_wds_text_views_data
+
+            if o.image_embeddings and not os.path.exists(o.image_embeddings):
+                raise ValueError(
+                    f"no embedding store at {o.image_embeddings}; precomputing one from "
+                    f"webdataset shards is not supported (write it with vlr precompute)"
+                )
+            return get_wds_text_views_data(
+                args, preprocess_fns[0], texts, epoch=epoch, image_embeddings=o.image_embeddings
+            )
+        table = path.lower().endswith((".csv", ".tsv"))
+        samples = read_image_text_samples(
+            path,
+            image_key=o.image_key or (args.csv_img_key if table else None),
+            caption_key=args.csv_caption_key if table else "caption",
+            image_root=o.image_root,
+            separator=args.csv_separator,
+        )
+        if o.image_embeddings:
+            self._ensure_image_embeddings(args, samples, preprocess_fns[1])
+        dataset = TextViewsImageDataset(
+            samples,
+            texts,
+            preprocess_fns[0],
+            o.image_embeddings,
+            source=path,
+            fraction=o.fraction,
+            seed=o.data_seed,
+        )
+        from open_clip_train.data import DataInfo
+
+        loader = make_train_loader(
+            dataset,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            distributed=args.distributed,
+            pin_memory=torch.device(args.device).type == "cuda",
+        )
+        return DataInfo(loader, loader.sampler if args.distributed else None)
+
+    def _ensure_image_embeddings(
+        self, args: argparse.Namespace, samples: Any, preprocess: Any
+    ) -> None:
+        """Encode the training images once with the (locked) vision tower, on the master
+        process, when the store does not exist yet; the others wait for it."""
+        from open_clip_train.distributed import is_master
+
+        store = self.options.image_embeddings
+        encoder_name = f"open_clip:{args.model}:{args.pretrained}"
+        if not os.path.exists(store) and is_master(args):
+            from vlr_plugins.data.precompute import precompute_image_embeddings
+
+            log.info(
+                "vlr: encoding %d training images into %s (preprocess_val, vision tower in eval)",
+                len(samples),
+                store,
+            )
+            encoder = _VisionTower(self.model, preprocess, args.device)
+            precompute_image_embeddings(
+                encoder,
+                [(s.id, p) for s, p in samples],
+                store,
+                batch_size=args.batch_size,
+                meta={"encoder": encoder_name},
+                progress=False,
+                num_workers=min(args.workers, 4),
+            )
+        if args.distributed:
+            torch.distributed.barrier()
+        from vlr_plugins.data.embedding_store import EmbeddingStore
+
+        written_by = EmbeddingStore(store).meta.get("encoder")
+        if written_by != encoder_name:
+            log.warning(
+                "vlr: the image embeddings in %s were written by %r, not by this run's vision "
+                "tower (%s); they must come from the model being trained",
+                store,
+                written_by,
+                encoder_name,
+            )
+
+
+class _VisionTower:
+    """PIL images -> (n, D) normalised embeddings of a model's vision tower, for precompute."""
+
+    def __init__(self, model: torch.nn.Module, preprocess: Any, device: str) -> None:
+        self.model, self.preprocess, self.device = model, preprocess, device
+        self.name = "open_clip vision tower"
+
+    @torch.no_grad()
+    def __call__(self, images: list[Any]) -> torch.Tensor:
+        visual = self.model.visual
+        was_training = visual.training
+        visual.eval()
+        try:
+            dtype = next(visual.parameters()).dtype
+            pixels = torch.stack([self.preprocess(im) for im in images]).to(self.device, dtype)
+            return self.model.encode_image(pixels, normalize=True).float().cpu()
+        finally:
+            visual.train(was_training)
+
+
+@contextmanager
+def patched_open_clip_train(options: VLRTrainOptions) -> Iterator[_Run]:
+    """Within this block ``open_clip_train.main.main(argv)`` trains with the vlr data,
+    model wrapper and loss (module docstring); the originals come back on exit."""
+    import open_clip_train.main as ocm
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    originals = {name: getattr(ocm, name) for name in PATCHED_NAMES}
+    run = _Run(options, originals)
+    handles = [
+        register_optimizer_step_pre_hook(lambda *a: run.before_step(*a)),
+        register_optimizer_step_post_hook(lambda *a: run.after_step(*a)),
+    ]
+    for name in PATCHED_NAMES:
+        setattr(ocm, name, getattr(run, name))
+    try:
+        yield run
+    finally:
+        for name, fn in originals.items():
+            setattr(ocm, name, fn)
+        for h in handles:
+            h.remove()
