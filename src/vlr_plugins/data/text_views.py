@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.sample import ParagraphSample
 
-__all__ = ["DrawnText", "draw_texts", "check_samples_have_views"]
+__all__ = ["DrawnText", "ViewDraws", "draw_texts", "check_samples_have_views"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,25 @@ def draw_texts(sample: ParagraphSample, views: Sequence, rng: random.Random) -> 
             texts = texts[: v.count]
         out.extend(DrawnText(t, v.max_tokens) for t in texts)
     return out
+
+
+class ViewDraws:
+    """The random source of a dataset's ``take: random`` views, one ``Random`` per step.
+
+    Reproducible for a seed, and different every epoch: DataLoader workers get a new
+    seed each epoch (unless they persist, which the per-process draw counter covers);
+    in the main process the seeded torch generator supplies it.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._draws = 0
+
+    def rng(self, index: int) -> random.Random:
+        import torch
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        base = info.seed if info is not None else int(torch.randint(2**62, ()).item())
+        self._draws += 1
+        return random.Random(f"{self.seed}/{base}/{self._draws}/{index}")

@@ -14,7 +14,8 @@ config + model pair with its own ``model_type``, listed in :data:`FAMILY`.
 
 from __future__ import annotations
 
-from typing import Any
+
+from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.hf.configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
 from vlr_plugins.hf.export import export_text_encoder
@@ -70,15 +71,4 @@ register_auto_classes()
 _LAZY = {"build_model_card": "vlr_plugins.hf.card", "write_model_card": "vlr_plugins.hf.card"}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

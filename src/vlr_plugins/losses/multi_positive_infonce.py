@@ -142,6 +142,16 @@ def _symmetric_loss(
     return (per_image.mean() + t2i) / 2
 
 
+def _check_temperature(where: str, temperature: float | Tensor) -> None:
+    if isinstance(temperature, Tensor):
+        if temperature.numel() != 1:
+            raise ValueError(
+                f"{where}: temperature must be a scalar; found shape {tuple(temperature.shape)}"
+            )
+    elif not temperature > 0:
+        raise ValueError(f"{where}: temperature must be > 0; found {temperature!r}")
+
+
 def _check_rows(name: str, x: Tensor, dim: int | None) -> None:
     if x.ndim != 2:
         raise ValueError(f"{_WHERE}: {name} must be 2-D (rows, dim); found shape {tuple(x.shape)}")
@@ -186,13 +196,7 @@ def _check_arguments(
             f"{_WHERE}: hard_negative_scope must be one of {HARD_NEGATIVE_SCOPES}; "
             f"found {hard_negative_scope!r}"
         )
-    if isinstance(temperature, Tensor):
-        if temperature.numel() != 1:
-            raise ValueError(
-                f"{_WHERE}: temperature must be a scalar; found shape {tuple(temperature.shape)}"
-            )
-    elif not temperature > 0:
-        raise ValueError(f"{_WHERE}: temperature must be > 0; found {temperature!r}")
+    _check_temperature(_WHERE, temperature)
 
     _check_rows("image_emb", image_emb, None)
     num_images, dim = image_emb.shape

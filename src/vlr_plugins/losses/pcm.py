@@ -17,7 +17,7 @@ from torch import Tensor
 
 from vlr_plugins.losses._gather import gather_rows_with_grad, should_gather
 from vlr_plugins.losses.infonce import _ContrastiveLoss
-from vlr_plugins.losses.multi_positive_infonce import multi_positive_infonce
+from vlr_plugins.losses.multi_positive_infonce import _check_temperature, multi_positive_infonce
 from vlr_plugins.registry import LOSSES
 
 __all__ = [
@@ -201,13 +201,7 @@ def _check_arguments(
     _check_num_components(_WHERE, num_components)
     if not short_weight >= 0:
         raise ValueError(f"{_WHERE}: short_weight must be >= 0; found {short_weight!r}")
-    if isinstance(temperature, Tensor):
-        if temperature.numel() != 1:
-            raise ValueError(
-                f"{_WHERE}: temperature must be a scalar; found shape {tuple(temperature.shape)}"
-            )
-    elif not temperature > 0:
-        raise ValueError(f"{_WHERE}: temperature must be > 0; found {temperature!r}")
+    _check_temperature(_WHERE, temperature)
     if image_emb.ndim != 2:
         raise ValueError(
             f"{_WHERE}: image_emb must be 2-D (rows, dim); found shape {tuple(image_emb.shape)}"

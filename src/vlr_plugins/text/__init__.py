@@ -6,7 +6,8 @@ Names are resolved on first use, so ``import vlr_plugins.text`` needs neither
 
 from __future__ import annotations
 
-from typing import Any
+
+from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
 from vlr_plugins.text.length import (
@@ -36,15 +37,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

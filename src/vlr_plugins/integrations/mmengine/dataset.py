@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 from vlr_plugins.data.sample import read_paragraph_samples
-from vlr_plugins.data.text_views import check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.recipe import EvalSplit, TextView
 
@@ -94,17 +94,13 @@ class ParagraphTextViewsDataset(_Tokenizing, _StoreCache, Dataset):
             samples = [samples[i] for i in keep]
         self.samples = samples
         self._store(image_embeddings).check([s.id for s in samples])
-        self._draws = 0
+        self._view_draws = ViewDraws(seed)
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _rng(self, index: int) -> random.Random:
-        # worker seeds change every epoch (unless workers persist; the counter covers that)
-        info = get_worker_info()
-        base = info.seed if info is not None else int(torch.randint(2**62, ()).item())
-        self._draws += 1
-        return random.Random(f"{self.seed}/{base}/{self._draws}/{index}")
+        return self._view_draws.rng(index)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         s = self.samples[index]

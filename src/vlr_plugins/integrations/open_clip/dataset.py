@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.sample import TEXT_FIELDS, ParagraphSample, read_paragraph_samples
-from vlr_plugins.data.text_views import check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts
 from vlr_plugins.integrations.open_clip.text_batch import TextItem, collate_text_batch
 from vlr_plugins.recipe import TextViews
 
@@ -288,7 +288,7 @@ class TextViewsImageDataset(Dataset):
             raise ValueError(
                 "TextViewsImageDataset needs an image transform or an image_embeddings store"
             )
-        self._draws = 0
+        self._view_draws = ViewDraws(seed)
 
     @property
     def store(self) -> EmbeddingStore:
@@ -303,11 +303,7 @@ class TextViewsImageDataset(Dataset):
         return len(self.samples)
 
     def _rng(self, index: int) -> random.Random:
-        # worker seeds change every epoch (unless workers persist; the counter covers that)
-        info = get_worker_info()
-        base = info.seed if info is not None else int(torch.randint(2**62, ()).item())
-        self._draws += 1
-        return random.Random(f"{self.seed}/{base}/{self._draws}/{index}")
+        return self._view_draws.rng(index)
 
     def __getitem__(self, index: int) -> tuple[Tensor, TextItem]:
         sample, image_path = self.samples[index]
