@@ -1,7 +1,8 @@
 """Exact recall@k for retrieval with any number of texts per item, in bounded memory.
 
-Queries are scored in chunks against the whole gallery and only each query's rank of
-its best positive is kept, so the full (items x texts) score matrix never exists.
+The full (items x texts) score matrix never exists: it is visited tile by tile, each tile
+once, and each tile updates both directions (see ``_topk``), so memory beyond the
+embeddings is one tile whatever N and M are, and the work is one product per pair.
 
 Ties are broken by gallery index: a candidate with the same score as the positive
 ranks ahead of it only if its index is lower. The result is therefore the same on
@@ -10,14 +11,16 @@ every run and every device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 
-__all__ = ["retrieval_recall", "ranks_of_best_positive"]
+from vlr_plugins.eval._topk import Engine
 
-_DEFAULT_CHUNK_BYTES = 256 * 2**20
+__all__ = ["ranks_of_best_positive", "retrieval_recall"]
+
+DEFAULT_CHUNK_BYTES = 256 * 2**20
+_PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def ranks_of_best_positive(
@@ -34,7 +37,7 @@ def ranks_of_best_positive(
     """
     q_count, g_count = query.shape[0], gallery.shape[0]
     if chunk_size is None:
-        chunk_size = max(1, _DEFAULT_CHUNK_BYTES // (4 * max(g_count, 1)))
+        chunk_size = max(1, DEFAULT_CHUNK_BYTES // (4 * max(g_count, 1)))
     idx = torch.arange(g_count, device=gallery.device)
     ranks = torch.empty(q_count, dtype=torch.long, device=gallery.device)
     for start in range(0, q_count, chunk_size):
@@ -59,14 +62,51 @@ def retrieval_recall(
     chunk_size: int | None = None,
     device: str | torch.device | None = None,
     return_ranks: bool = False,
+    precision: str = "fp32",
+    rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor] | None = None,
+    rerank_k: int = 128,
+    rerank_batch: int = 64,
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> dict:
-    """Recall@k (percent) in both directions.
+    """Recall@k (percent) in both directions, streamed in bounded memory.
 
     item_emb: (N, D) images or videos; text_emb: (M, D); text_owner: (M,) the item each
-    text belongs to. Image-to-text is a hit when any of the item's texts is in the top
-    k (LAVIS / CLIP_benchmark semantics); text-to-image when the owner is in the top k.
+    text belongs to (any number of texts per item, at least one). Embeddings need not be
+    normalised. Image-to-text is a hit when any of the item's texts is in the top k (LAVIS /
+    CLIP_benchmark semantics); text-to-image when the owner is in the top k.
+
     Returns ``i2t_r{k}``, ``t2i_r{k}``, ``i2t_mean``, ``t2i_mean`` and ``r_mean``; with
-    ``return_ranks`` also ``i2t_ranks`` (N,) and ``t2i_ranks`` (M,) tensors.
+    ``return_ranks`` also ``i2t_ranks`` (N,) and ``t2i_ranks`` (M,): the 0-based rank of
+    each item's best text and of each text's owner.
+
+    Memory: the score matrix is visited in tiles of ``chunk_size`` items (default: chosen
+    from ``max_chunk_bytes``) by a matching number of texts, a tile and one work buffer at
+    a time (at most ``max_chunk_bytes``), plus about 100 bytes of bookkeeping per item and
+    per text; embeddings are moved to ``device`` (default: the items' device) but never
+    copied whole in float32.
+
+    ``precision="fp16"`` or ``"bf16"`` multiplies the tiles in half precision (summed in
+    float32). Guarantee: every query whose hit or miss at some k <= max(ks) could depend on
+    the rounding is settled in float32: its candidates within a proven error bound of the
+    best positive (``lowp_error``: 3.5u + 8 D 2^-24, u = 2^-11 for fp16, 2^-8 for bf16)
+    are rescored in float32 and compared with the tie rule. So recall@k and every rank
+    below max(ks) equal the ``"fp32"`` result; larger ranks are lower bounds (>= max(ks)).
+    The one exception is two scores of a query closer than float32 rounding (~D 2^-24),
+    which no float32 method orders the same way on every kernel.
+
+    ``rerank(query_indices (q,), candidate_indices (q, k), direction) -> scores (q, k)``
+    re-scores each query's top ``rerank_k`` candidates (e.g. BLIP's ITM head with k_test),
+    called with at most ``rerank_batch`` queries at a time; ``direction`` is ``"i2t"``
+    (queries are items, candidates texts) or ``"t2i"``, indices are on the engine's device
+    and candidates come best first. The candidates are then re-ordered by the new scores
+    (equal scores keep their first-stage order) and the ranks read from that order; a
+    query whose positives are all outside its top ``rerank_k`` keeps its first-stage rank
+    (>= rerank_k), i.e. it is placed after the candidates. With ``rerank`` each direction is
+    scored on its own, ``chunk_size`` queries (default: from ``max_chunk_bytes``) against
+    the whole gallery at a time, in float32 whatever ``precision``.
+
+    Ties: a candidate with the same score as the positive ranks ahead of it only if its
+    gallery index is lower, so results are the same on every run and device.
     """
     if item_emb.ndim != 2 or text_emb.ndim != 2 or item_emb.shape[1] != text_emb.shape[1]:
         raise ValueError(f"expected item_emb (N, D) and text_emb (M, D), found "
@@ -81,18 +121,22 @@ def retrieval_recall(
     missing[text_owner.cpu()] = False
     if missing.any():
         raise ValueError(f"{int(missing.sum())} item(s) have no text, e.g. index {int(missing.nonzero()[0])}")
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(_PRECISIONS)}, found {precision!r}")
+    if rerank is not None and (rerank_k < 1 or rerank_batch < 1):
+        raise ValueError(f"rerank_k and rerank_batch must be >= 1, found {rerank_k} and {rerank_batch}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
-    items = F.normalize(item_emb.to(device, torch.float32), dim=-1)
-    texts = F.normalize(text_emb.to(device, torch.float32), dim=-1)
-    owner = text_owner.to(device)
-    item_idx = torch.arange(n, device=device)
-
-    i2t = ranks_of_best_positive(
-        items, texts, lambda a, b: owner[None, :] == item_idx[a:b, None], chunk_size=chunk_size
-    )
-    t2i = ranks_of_best_positive(
-        texts, items, lambda a, b: item_idx[None, :] == owner[a:b, None], chunk_size=chunk_size
-    )
+    engine = Engine(item_emb, text_emb, text_owner, device=device,
+                    max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+    if rerank is not None:
+        i2t, t2i = (engine.row_ranks(d, torch.arange(len(q), device=device), rerank, rerank_k, rerank_batch)
+                    for d, q in (("i2t", item_emb), ("t2i", text_emb)))
+    elif precision == "fp32":
+        i2t, t2i = engine.exact_ranks()
+    else:
+        i2t, t2i = engine.bracketed_ranks(_PRECISIONS[precision], max(ks))
     out: dict = {}
     for name, ranks in (("i2t", i2t), ("t2i", t2i)):
         for k in ks:
@@ -104,6 +148,6 @@ def retrieval_recall(
     return out
 
 
-from vlr_plugins.registry import METRICS  # noqa: E402
+from vlr_plugins.registry import METRICS
 
 METRICS.register(retrieval_recall, name="retrieval_recall")

@@ -1,0 +1,184 @@
+"""Benchmark: retrieval_recall's streaming engine against the bare multiply and the full matrix.
+
+    python benchmarks/retrieval_recall.py            # COCO-5K-test, then COCO train2017 size (~15 min)
+    python benchmarks/retrieval_recall.py --quick    # small sizes, about a minute
+
+Random unit vectors (seeded), 256-d, float32, text j described by item j mod N (5-6 texts
+per item). Every measurement runs in a fresh subprocess; memory is that process's peak
+resident set after the embeddings exist minus its resident set right then (the peak is
+reset with /proc/self/clear_refs, else read from getrusage). ``floor`` and ``engine`` run
+alternately, several times (the best time is kept; at the small size 5 times per process),
+so that load from other jobs on a shared machine hits both alike. Methods:
+
+* ``floor``   -- one ``torch.mm`` per tile over the engine's own tiles: every score
+  computed once, nothing else. The least any exact method must do.
+* ``engine``  -- ``retrieval_recall(items, texts, owner)``: both directions, exact ranks.
+* ``rows``    -- the previous implementation (``ranks_of_best_positive``): each direction
+  scored separately, chunk of queries x whole gallery, with (chunk, G) masks.
+* ``full``    -- the whole score matrix and an argsort of every row and every column, as
+  CLIP_benchmark / LAVIS do (only where it fits in memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+D = 256
+COCO_5K = (5_000, 25_000)
+COCO_TRAIN = (118_287, 591_753)
+
+
+# ---------------------------------------------------------------- one measurement (child)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_bytes(reset: bool) -> int:
+    if reset:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def make_embeddings(n: int, m: int, seed: int = 0):
+    """Unit rows written in place, 4096 at a time, so that generating them adds no peak."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    items, texts = torch.empty(n, D), torch.empty(m, D)
+    for x in (items, texts):
+        for a in range(0, len(x), 4096):
+            block = x[a:a + 4096]
+            block.normal_(generator=g)
+            block.div_(block.norm(dim=1, keepdim=True))
+    return items, texts, torch.arange(m) % n
+
+
+def run_floor(items, texts, owner):
+    import torch
+
+    from vlr_plugins.eval._topk import tile_shape
+
+    rows, cols = tile_shape(len(items), len(texts), max_chunk_bytes=256 * 2**20, device=torch.device("cpu"))
+    S = torch.empty(rows, cols)
+    for c in range(0, len(texts), cols):
+        Y = texts[c:c + cols]
+        for a in range(0, len(items), rows):
+            X = items[a:a + rows]
+            if len(X) == rows and len(Y) == cols:
+                torch.mm(X, Y.T, out=S)
+            else:
+                torch.mm(X, Y.T)
+
+
+def run_engine(items, texts, owner):
+    from vlr_plugins.eval import retrieval_recall
+
+    return retrieval_recall(items, texts, owner)
+
+
+def run_rows(items, texts, owner):
+    import torch
+
+    from vlr_plugins.eval import ranks_of_best_positive
+
+    idx = torch.arange(len(items))
+    ranks_of_best_positive(items, texts, lambda a, b: owner[None, :] == idx[a:b, None])
+    ranks_of_best_positive(texts, items, lambda a, b: idx[None, :] == owner[a:b, None])
+
+
+def run_full(items, texts, owner):
+    import torch
+
+    S = items @ texts.T
+    order = S.argsort(dim=1, descending=True)
+    i2t = (owner[order] == torch.arange(len(items))[:, None]).int().argmax(1)
+    del order
+    order = S.T.argsort(dim=1, descending=True)
+    t2i = (order == owner[:, None]).int().argmax(1)
+    return i2t, t2i
+
+
+def child(method: str, n: int, m: int, inner: int) -> None:
+    import torch
+
+    items, texts, owner = make_embeddings(n, m)
+    base = _rss_bytes()
+    reset = _reset_peak()
+    seconds = float("inf")
+    for _ in range(inner):
+        start = time.perf_counter()
+        globals()[f"run_{method}"](items, texts, owner)
+        seconds = min(seconds, time.perf_counter() - start)
+    print(json.dumps({"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base),
+                      "threads": torch.get_num_threads()}))
+
+
+# ---------------------------------------------------------------- the table (parent)
+
+
+def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
+    load = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, __file__, "--child", method, str(n), str(m), str(inner)],
+                         check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["load"] = (load + os.getloadavg()[0]) / 2
+    print(f"  {method:7s} {n:>7,} x {m:>7,}: {result['seconds']:8.2f} s, "
+          f"{result['extra_bytes'] / 2**20:8.1f} MiB extra, load {result['load']:.1f}", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs of floor and engine per size, best time kept (default 3, 2 at train size)")
+    parser.add_argument("--child", nargs=4, metavar=("METHOD", "N", "M", "INNER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], *map(int, args.child[1:]))
+        return
+    small, large = ((1_000, 5_000), (10_000, 50_000)) if args.quick else (COCO_5K, COCO_TRAIN)
+    plan = [(small, args.repeat or 3, ("rows", "full")), (large, args.repeat or (3 if args.quick else 2), ())]
+    rows = []
+    for (n, m), repeat, once in plan:
+        runs = {}
+        for round_ in range(repeat):  # floor and engine alternate, so that load hits both alike
+            for method in ("floor", "engine") + (once if round_ == 0 else ()):
+                inner = 5 if (n, m) == small and method in ("floor", "engine") else 1
+                runs.setdefault(method, []).append(measure(method, n, m, inner))
+        floor = min(r["seconds"] for r in runs["floor"])
+        for method, results in runs.items():
+            best = min(results, key=lambda r: r["seconds"])
+            memory = max(r["extra_bytes"] for r in results)
+            rows.append(f"| {n:,} x {m:,} | {method} | {len(results)} | {best['seconds']:.2f} | "
+                        f"{best['seconds'] / floor:.2f} | {memory / 2**20:,.1f} | {best['load']:.1f} |")
+    print(f"\n{os.cpu_count()} CPU cores, torch threads {runs['floor'][0]['threads']}, D = {D}, float32\n")
+    print("| items x texts | method | runs | best wall time (s) | time / floor | peak extra memory (MiB) "
+          "| load avg (best run) |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
