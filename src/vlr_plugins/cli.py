@@ -33,15 +33,6 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _merge_into(dst: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
-    for k, v in src.items():
-        if isinstance(v, dict) and isinstance(dst.get(k), dict):
-            _merge_into(dst[k], v)
-        else:
-            dst[k] = v
-    return dst
-
-
 # --------------------------------------------------------------------------- commands
 
 
@@ -75,7 +66,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides = _parse_set(args.set or [])
     data = {k: v for k, v in (("train", args.train), ("image_embeddings", args.image_embeddings)) if v}
     if data:
-        _merge_into(overrides, {"data": data})
+        # the flags are leaves under data:, and win over --set data.*=...
+        if not isinstance(overrides.get("data"), dict):
+            overrides["data"] = {}
+        overrides["data"].update(data)
     recipe = load_recipe(args.recipe, overrides or None)
     work_dir = args.work_dir or f"work_dirs/{recipe.name}"
     cfg = Config(recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher))
