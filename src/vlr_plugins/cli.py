@@ -1,4 +1,4 @@
-"""The ``vlr`` command: list, train, openclip-train, precompute, eval, export, push, demo.
+"""The ``vlr`` command: list, train, openclip-train, lavis-train, lavis-eval, precompute, eval, export, push, demo.
 
 Every command exits non-zero with a one-line ``error:`` message naming the file, record
 and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
@@ -46,7 +46,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         if kind == "recipes":
             for name, path in list_recipes().items():
                 try:
-                    desc = load_recipe(path).description
+                    if name.startswith("lavis/"):  # LAVIS run configs (vlr lavis-train), not recipes
+                        with open(path, encoding="utf-8") as f:
+                            desc = "[LAVIS] " + yaml.safe_load(f)["vlr"]["description"]
+                    else:
+                        desc = load_recipe(path).description
                 except Exception as e:  # a broken shipped recipe is shown, not hidden
                     desc = f"(invalid: {e})"
                 print(f"  {name:<28} {desc}")
@@ -226,6 +230,49 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lavis_launcher():
+    from vlr_plugins.errors import UserError
+
+    try:
+        from vlr_plugins.integrations.lavis import launcher
+    except ImportError as e:
+        if "lavis" not in str(e):
+            raise
+        raise UserError(f"{e}") from None
+    return launcher
+
+
+def cmd_lavis_train(args: argparse.Namespace) -> int:
+    return _lavis_launcher().run(args, evaluate=False)
+
+
+def cmd_lavis_eval(args: argparse.Namespace) -> int:
+    return _lavis_launcher().run(args, evaluate=True)
+
+
+def _add_lavis(sub) -> None:
+    """``vlr lavis-train`` / ``vlr lavis-eval``; the arguments are parsed here so that
+    ``--help`` works without LAVIS (it lives in its own environment)."""
+    for name, fn, evaluate, doc in (
+        ("lavis-train", cmd_lavis_train, False, "train a LAVIS run config (recipes/lavis) with LAVIS' runner"),
+        ("lavis-eval", cmd_lavis_eval, True, "evaluate a LAVIS checkpoint with LAVIS' runner and vlr_retrieval"),
+    ):
+        s = sub.add_parser(name, help=doc, description=doc + ". Needs the LAVIS environment (docs/lavis.md) "
+                           "and CUDA.")
+        s.add_argument("--cfg-path", required=True,
+                       help="a LAVIS run config, or a shipped one such as lavis/c5 (vlr list recipes)")
+        s.add_argument("--options", nargs="+", default=[], metavar="KEY=VALUE",
+                       help="LAVIS config overrides, e.g. run.max_epoch=2 run.batch_size_train=64")
+        s.add_argument("--train", help="training samples (datasets.vlr_paragraph...annotations.train.storage)")
+        s.add_argument("--image-embeddings",
+                       help="their image-embedding store (datasets.vlr_paragraph.build_info.image_embeddings.storage)")
+        s.add_argument("--output-dir", help="default: run.output_dir, from the working directory")
+        s.add_argument("--checkpoint", required=evaluate,
+                       help="trained weights (LAVIS checkpoint_*.pth) loaded over the base model "
+                            "(model.trained_checkpoint)")
+        s.set_defaults(fn=fn)
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -295,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.integrations.open_clip.cli import add_cli as add_openclip_train
 
     add_openclip_train(sub)
+    _add_lavis(sub)
 
     # no --token: a token on the command line lands in shell history and `ps`
     s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",

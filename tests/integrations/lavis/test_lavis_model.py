@@ -1,0 +1,193 @@
+"""blip_retrieval_textonly built from the plugin's configs, offline, with a tiny text tower."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("lavis", reason="LAVIS lives in its own environment (docs/lavis.md)")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+import vlr_plugins.integrations.lavis  # noqa: E402,F401
+from vlr_plugins.integrations.lavis.launcher import prepare_config  # noqa: E402
+from vlr_plugins.recipe import list_recipes  # noqa: E402
+
+
+def _run_config(tmp_path: Path, tiny_world, name: str = "lavis/c5", **run) -> Path:
+    cfg = yaml.safe_load(list_recipes()[name].read_text())
+    cfg["datasets"]["vlr_retrieval"] = {
+        "reader": "retrieval_jsonl", "name": "long", "max_tokens": 128,
+        "build_info": {"annotations": {"test": {"storage": tiny_world["eval_long"]}},
+                       "item_embeddings": {"storage": tiny_world["image_embeddings"]}},
+    }
+    cfg["run"].update({"device": "cpu", "distributed": False, "batch_size_train": 8, "batch_size_eval": 8,
+                       "num_workers": 0, "test_splits": ["test"], "warmup_steps": 2, "init_lr": 1e-3,
+                       "output_dir": str(tmp_path / "out"), "progress": False, **run})
+    path = tmp_path / f"{name.replace('/', '_')}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def built(tmp_path, tiny_world, tiny_model_options):
+    import lavis.tasks as tasks
+
+    cfg = prepare_config(str(_run_config(tmp_path, tiny_world)), tiny_model_options,
+                         train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])
+    task = tasks.setup_task(cfg)
+    datasets = task.build_datasets(cfg)
+    model = task.build_model(cfg)
+    return cfg, task, datasets, model
+
+
+def test_builds_offline_from_the_plugins_configs(built):
+    cfg, task, datasets, model = built
+    from vlr_plugins.integrations.lavis import (
+        BlipRetrievalTextOnly,
+        VlrParagraphDataset,
+        VlrRetrievalSuite,
+        VlrRetrievalTask,
+    )
+
+    assert isinstance(task, VlrRetrievalTask) and isinstance(model, BlipRetrievalTextOnly)
+    assert isinstance(datasets["vlr_paragraph"]["train"], VlrParagraphDataset)
+    assert isinstance(datasets["vlr_benchmarks"]["test"], VlrRetrievalSuite)
+    assert model.text_encoder.config.hidden_size == 32
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith(("text_encoder.", "text_proj.")) for n in trainable)
+    assert not any("crossattention" in n for n in trainable)
+
+
+def _optimizer(model):
+    """AdamW with LAVIS RunnerBase's parameter groups (no decay for biases / norms)."""
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2 and "bias" not in n]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.ndim >= 2 and "bias" not in n)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
+                             lr=1e-3)
+
+
+def _train_one_epoch(task, model, dataset):
+    from lavis.common.registry import registry
+    from lavis.datasets.datasets.dataloader_utils import IterLoader
+    from torch.utils.data import DataLoader
+
+    loader = IterLoader(DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=dataset.collater,
+                                   drop_last=True), use_distributed=False)
+    optimizer = _optimizer(model)
+    sched = registry.get_lr_scheduler_class("linear_warmup_cosine_lr")(
+        optimizer=optimizer, max_epoch=1, min_lr=0.0, init_lr=1e-3, warmup_steps=2, warmup_start_lr=1e-5)
+    model.train()
+    return task.train_epoch(epoch=0, model=model, data_loader=loader, optimizer=optimizer, lr_scheduler=sched,
+                            cuda_enabled=False, log_freq=100)
+
+
+def test_training_steps_change_only_the_text_side(built):
+    _, task, datasets, model = built
+    torch.manual_seed(0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stats = _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])  # 48 samples: 6 steps
+    assert math.isfinite(float(stats["loss"]))
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    frozen = {k for k in before if k.startswith(("visual_encoder.", "vision_proj.", "itm_head."))
+              or "crossattention" in k}
+    assert frozen and not changed & frozen  # vision side bit-identical
+    assert any(k.startswith("text_proj.") for k in changed)
+    assert any(k.startswith("text_encoder.encoder.layer.") and "attention.self" in k for k in changed)
+
+
+def _long_paragraph(tiny_world, n_words: int) -> str:
+    words = [w for w in tiny_world["object"].vocabulary() if w.isalpha()]
+    return " ".join(words[i % len(words)] for i in range(n_words))
+
+
+def test_a_128_token_paragraph_reaches_the_encoder_whole(built, tiny_world, tmp_path):
+    """LAVIS' BLIP path cuts it twice (blip_caption at 50 words, evaluation at 35 tokens);
+    through the plugin, with C5's views, all 128 tokens go into the text encoder."""
+    from lavis.common.registry import registry
+
+    _, _, _, model = built
+    paragraph = _long_paragraph(tiny_world, 126)  # + [CLS] and [SEP] = 128 tokens
+    assert len(model.tokenizer(paragraph)["input_ids"]) == 128
+    # LAVIS' own processor would drop 76 of the 126 words
+    assert len(registry.get_processor_class("blip_caption").from_config(None)(paragraph).split()) == 50
+
+    record = json.loads(Path(tiny_world["train"]).read_text().splitlines()[0])
+    record["paragraph"] = paragraph
+    ann = tmp_path / "one.jsonl"
+    ann.write_text(json.dumps(record) + "\n")
+    from vlr_plugins.integrations.lavis import VlrParagraphDataset, VlrTextProcessor
+    from vlr_plugins.recipe import load_recipe
+
+    ds = VlrParagraphDataset(str(ann), tiny_world["image_embeddings"], load_recipe("paragraph/c5").text_views,
+                             VlrTextProcessor())
+    batch = ds.collater([ds[0]])
+    seen = {}
+
+    def grab(module, args, kwargs, output):
+        seen["input_ids"] = kwargs.get("input_ids", args[0] if args else None)
+
+    handle = model.text_encoder.embeddings.register_forward_hook(grab, with_kwargs=True)
+    try:
+        model.eval()
+        model(batch)
+    finally:
+        handle.remove()
+    ids = seen["input_ids"]
+    assert ids.shape == (2, 128)  # the caption (padded) and the whole paragraph
+    assert ids[1].tolist() == model.tokenizer(paragraph)["input_ids"]
+    assert ids[1, -1].item() == model.tokenizer.sep_token_id
+
+    # and the last word changes the embedding: nothing after position 35 or 50 words is lost
+    words = paragraph.split()
+    other = " ".join(words[:-1] + [next(w for w in words if w != words[-1])])
+    with torch.no_grad():
+        a, b = model.encode_text([paragraph, other], 128)
+    assert not torch.allclose(a, b)
+
+
+def _save(obj, path: Path) -> str:
+    torch.save(obj, path)
+    return str(path)
+
+
+def test_checkpoints_load_weights_only_and_trained_weights_overlay_the_base(built, tmp_path, tiny_world,
+                                                                          tiny_model_options):
+    import lavis.tasks as tasks
+
+    cfg, task, datasets, model = built
+    base = _save({"model": model.state_dict(), "config": {"note": "plain data only"}}, tmp_path / "base.pth")
+    _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
+    # what LAVIS' RunnerBase saves: only parameters that require grad (+ buffers), optimizer, config
+    grad = {n for n, p in model.named_parameters() if p.requires_grad}
+    state = {k: v for k, v in model.state_dict().items()
+             if k in grad or k not in dict(model.named_parameters())}
+    trained = _save({"model": state, "optimizer": {}, "config": {}, "scaler": None, "epoch": 0},
+                    tmp_path / "checkpoint_0.pth")
+
+    run_cfg = _run_config(tmp_path, tiny_world)
+    opts = [o for o in tiny_model_options if not o.startswith("model.finetuned")]
+    cfg2 = prepare_config(str(run_cfg), opts + [f"model.finetuned={base}"], checkpoint=trained,
+                          train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])
+    reloaded = tasks.setup_task(cfg2).build_model(cfg2)
+    expected, got = model.state_dict(), reloaded.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+    # a LAVIS blip_retrieval checkpoint: momentum encoders and queues are ignored
+    extra = {**expected, "visual_encoder_m.cls_token": torch.zeros(1), "image_queue": torch.zeros(2, 2),
+             "temp": torch.tensor(0.07)}
+    reloaded.load_checkpoint(_save({"model": extra}, tmp_path / "blip_retrieval.pth"))
+
+    # a pickle that needs code to load is refused, not executed
+    evil = _save({"model": expected, "args": argparse.Namespace(lr=1)}, tmp_path / "evil.pth")
+    with pytest.raises(RuntimeError, match="weights_only"):
+        reloaded.load_checkpoint(evil)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        reloaded.load_checkpoint(str(tmp_path / "missing.pth"))
