@@ -2,6 +2,7 @@
 # Set up a local venv with everything the project needs, then run the demo or the tests.
 #   scripts/dev.sh demo [vlr demo args...]   # the main job
 #   scripts/dev.sh test [pytest args...]     # the test suite
+#   scripts/dev.sh test-lavis [pytest args...]  # the LAVIS suite, in its own venv (.venv-lavis)
 # torch/torchvision are installed first and pinned by constraints.txt (PyPI's
 # torchvision does not work beside other torch builds); pip, not uv.
 set -euo pipefail
@@ -9,22 +10,44 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV"
-fi
-stamp="$VENV/.vlr-installed"
-want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -r <(grep -E '^(torch|torchvision)==' constraints.txt)
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test]"
-  echo "$want" > "$stamp"
-fi
+main_env() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.vlr-installed" want
+  want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -c constraints.txt -r <(grep -E '^(torch|torchvision)==' constraints.txt)
+    "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+# LAVIS (salesforce-lavis 1.0.2) pins transformers<4.27 and timm==0.4.12: its own venv,
+# built from constraints-lavis.txt, only for the LAVIS suite (docs/lavis.md).
+lavis_env() {
+  LVENV=${LAVIS_VENV:-.venv-lavis}
+  if [ ! -x "$LVENV/bin/python" ]; then
+    "$PY" -m venv "$LVENV"
+  fi
+  local lstamp="$LVENV/.vlr-installed" lwant
+  lwant=$(cat constraints-lavis.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$lstamp" ] || [ "$(cat "$lstamp")" != "$lwant" ]; then
+    "$LVENV/bin/python" -m pip install -q --upgrade pip
+    "$LVENV/bin/python" -m pip install -q -c constraints-lavis.txt -r <(grep -E '^(torch|torchvision)==' constraints-lavis.txt)
+    "$LVENV/bin/python" -m pip install -q -c constraints-lavis.txt -e ".[lavis,test]"
+    echo "$lwant" > "$lstamp"
+  fi
+}
 
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  demo) exec "$VENV/bin/vlr" demo "$@" ;;
-  test) HF_HUB_OFFLINE=1 exec "$VENV/bin/python" -m pytest "$@" ;;
-  *) echo "usage: scripts/dev.sh demo|test [args...]" >&2; exit 2 ;;
+  demo) main_env; exec "$VENV/bin/vlr" demo "$@" ;;
+  test) main_env; HF_HUB_OFFLINE=1 exec "$VENV/bin/python" -m pytest "$@" ;;
+  test-lavis)
+    lavis_env
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "$LVENV/bin/python" -m pytest tests/integrations/lavis "$@" ;;
+  *) echo "usage: scripts/dev.sh demo|test|test-lavis [args...]" >&2; exit 2 ;;
 esac

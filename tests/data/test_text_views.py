@@ -114,3 +114,15 @@ def test_check_names_the_view_when_a_field_has_too_few_texts():
     assert (err.path, err.record, err.field) == ("data/train.jsonl", 1, "positives")
     assert "'img3' has 3 text(s)" in str(err)
     assert "take: random, count: 4" in str(err) and "needs 4" in str(err)
+
+
+def test_seeded_fraction_keeps_a_reproducible_ordered_subset():
+    from vlr_plugins.data.text_views import seeded_fraction
+
+    items = [f"s{i}" for i in range(40)]
+    a = seeded_fraction(items, 0.25, seed=3)
+    assert len(a) == 10 and a == sorted(a, key=items.index) and set(a) <= set(items)
+    assert a == seeded_fraction(items, 0.25, seed=3) and a != seeded_fraction(items, 0.25, seed=4)
+    assert seeded_fraction(items, 1.0, seed=3) == items and len(seeded_fraction(items, 0.001, 0)) == 1
+    with pytest.raises(ValueError, match="fraction"):
+        seeded_fraction(items, 0.0, 0)

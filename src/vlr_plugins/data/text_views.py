@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.sample import ParagraphSample
 
-__all__ = ["DrawnText", "ViewDraws", "draw_texts", "check_samples_have_views"]
+__all__ = ["DrawnText", "ViewDraws", "draw_texts", "check_samples_have_views", "seeded_fraction"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,17 @@ def check_samples_have_views(
                     f"(take: {v.take}{'' if v.count is None else f', count: {v.count}'}) needs {need}",
                     record=i, field=v.field, record_kind="record",
                 )
+
+
+def seeded_fraction(items: Sequence, fraction: float, seed: int) -> list:
+    """A seeded random subset of ``round(fraction * len)`` items (at least one), in their
+    original order: the data-efficiency ablation's subset, the same under every trainer."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], found {fraction}")
+    if fraction == 1.0:
+        return list(items)
+    keep = sorted(random.Random(seed).sample(range(len(items)), max(1, round(fraction * len(items)))))
+    return [items[i] for i in keep]
 
 
 def draw_texts(sample: ParagraphSample, views: Sequence, rng: random.Random) -> list[DrawnText]:

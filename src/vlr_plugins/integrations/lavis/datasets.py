@@ -15,9 +15,9 @@ set; the error names the config key.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-import random
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -32,10 +32,10 @@ from torch.utils.data import Dataset
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.retrieval_set import RetrievalSet
 from vlr_plugins.data.sample import read_paragraph_samples
-from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.integrations.lavis.model import CONFIG_DIR
-from vlr_plugins.recipe import RecipeError, TextView, TextViews, _build_view
+from vlr_plugins.recipe import RecipeError, TextViews, _build_view
 
 __all__ = ["VlrParagraphDataset", "VlrRetrievalEvalDataset", "VlrRetrievalSuite",
            "VlrParagraphBuilder", "VlrRetrievalBuilder", "config_file"]
@@ -114,10 +114,7 @@ class VlrParagraphDataset(Dataset):
         self.text_processor = text_processor or (lambda t: t)
         samples = read_paragraph_samples(ann_file)
         check_samples_have_views(samples, (*views.positives, *views.negatives), ann_file)
-        if fraction < 1.0:
-            keep = sorted(random.Random(seed).sample(range(len(samples)), max(1, round(fraction * len(samples)))))
-            samples = [samples[i] for i in keep]
-        self.samples = samples
+        self.samples = seeded_fraction(samples, fraction, seed)
         self._store: EmbeddingStore | None = None
         self.store.check([s.id for s in samples])
         self._view_draws = ViewDraws(seed)
@@ -332,7 +329,13 @@ class VlrRetrievalBuilder(_Builder):
             args = OmegaConf.to_container(info.annotations[split].get("args") or OmegaConf.create(), resolve=True)
             if images:
                 args = {**args, "media_root": _path(images), "check_media": True}
-            rs = READERS.get(reader)(_path(ann), **args)
+            read = READERS.get(reader)
+            try:
+                inspect.signature(read).bind(ann, **args)
+            except TypeError as e:
+                raise RecipeError(config_file(), f"{where}.build_info.annotations.{split}.args",
+                                  f"{e} (reader {reader!r} takes {inspect.signature(read)})") from None
+            rs = read(_path(ann), **args)
             out[split] = VlrRetrievalEvalDataset(
                 RetrievalSet(f"{name}", rs.item_ids, rs.texts, rs.text_owner, rs.media, rs.media_root,
                              rs.categories, rs.text_kinds),

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 from vlr_plugins.data.sample import read_paragraph_samples
-from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.recipe import EvalSplit, TextView
 
@@ -89,10 +89,7 @@ class ParagraphTextViewsDataset(_Tokenizing, _StoreCache, Dataset):
         self._store_cache: dict = {}
         samples = read_paragraph_samples(ann_file)
         check_samples_have_views(samples, (*self.positives, *self.negatives), ann_file)
-        if fraction < 1.0:
-            keep = sorted(random.Random(seed).sample(range(len(samples)), max(1, round(fraction * len(samples)))))
-            samples = [samples[i] for i in keep]
-        self.samples = samples
+        self.samples = seeded_fraction(samples, fraction, seed)
         self._store(image_embeddings).check([s.id for s in samples])
         self._view_draws = ViewDraws(seed)
 

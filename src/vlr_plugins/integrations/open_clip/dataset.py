@@ -25,7 +25,12 @@ from torch.utils.data import DataLoader, Dataset
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.sample import TEXT_FIELDS, ParagraphSample, read_paragraph_samples
-from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import (
+    ViewDraws,
+    check_samples_have_views,
+    draw_texts,
+    seeded_fraction,
+)
 from vlr_plugins.integrations.open_clip.text_batch import TextItem, collate_text_batch
 from vlr_plugins.recipe import TextViews
 
@@ -272,13 +277,7 @@ class TextViewsImageDataset(Dataset):
     ) -> None:
         views = (*texts.views.positives, *texts.views.negatives)
         check_samples_have_views([s for s, _ in samples], views, source)
-        if fraction < 1.0:
-            keep = sorted(
-                random.Random(seed).sample(
-                    range(len(samples)), max(1, round(fraction * len(samples)))
-                )
-            )
-            samples = [samples[i] for i in keep]
+        samples = seeded_fraction(samples, fraction, seed)
         self.samples, self.texts, self.transform, self.seed = list(samples), texts, transform, seed
         self.image_embeddings = image_embeddings
         self._store: EmbeddingStore | None = None
