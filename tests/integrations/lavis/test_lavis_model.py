@@ -191,3 +191,17 @@ def test_checkpoints_load_weights_only_and_trained_weights_overlay_the_base(buil
         reloaded.load_checkpoint(evil)
     with pytest.raises(FileNotFoundError, match="no such file"):
         reloaded.load_checkpoint(str(tmp_path / "missing.pth"))
+
+
+def test_tokenizer_gives_lavis_blip_tokenizer_ids(built, tiny_world):
+    """LAVIS' own BLIP tokenizer (slow BertTokenizer from bert-base-uncased, here from the
+    offline HF cache) and the plugin's fast one agree, special tokens included."""
+    from lavis.models.blip_models.blip import BlipBase
+
+    ours, theirs = built[3].tokenizer, BlipBase.init_tokenizer()
+    texts = [_long_paragraph(tiny_world, 40), "A dog, running!", json.loads(
+        Path(tiny_world["train"]).read_text().splitlines()[0])["paragraph"]]
+    for budget in (35, 77, 128):
+        assert (ours(texts, truncation=True, max_length=budget)["input_ids"]
+                == theirs(texts, truncation=True, max_length=budget)["input_ids"])
+    assert ours.enc_token_id == theirs.enc_token_id and ours.bos_token_id == theirs.bos_token_id

@@ -117,10 +117,14 @@ class BlipRetrievalTextOnly(BlipBase):
 
     @classmethod
     def init_tokenizer(cls, name_or_path: str = "bert-base-uncased"):
-        """LAVIS' BLIP tokenizer (BERT + ``[DEC]`` / ``[ENC]``), from any local folder or Hub name."""
-        from transformers import BertTokenizer
+        """LAVIS' BLIP tokenizer (BERT + ``[DEC]`` / ``[ENC]``), from any local folder or Hub name.
 
-        tok = BertTokenizer.from_pretrained(name_or_path)
+        The fast (Rust) BERT tokenizer: the same ids as LAVIS' ``BertTokenizer``, without
+        its per-text Python cost on every training step.
+        """
+        from transformers import BertTokenizerFast
+
+        tok = BertTokenizerFast.from_pretrained(name_or_path)
         tok.add_special_tokens({"bos_token": "[DEC]"})
         tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
         tok.enc_token_id = tok.additional_special_tokens_ids[0]
