@@ -253,9 +253,9 @@ def cmd_lavis_eval(args: argparse.Namespace) -> int:
 def _add_lavis(sub) -> None:
     """``vlr lavis-train`` / ``vlr lavis-eval``; the arguments are parsed here so that
     ``--help`` works without LAVIS (it lives in its own environment)."""
-    for name, fn, evaluate, doc in (
-        ("lavis-train", cmd_lavis_train, False, "train a LAVIS run config (recipes/lavis) with LAVIS' runner"),
-        ("lavis-eval", cmd_lavis_eval, True, "evaluate a LAVIS checkpoint with LAVIS' runner and vlr_retrieval"),
+    for name, fn, doc in (
+        ("lavis-train", cmd_lavis_train, "train a LAVIS run config (recipes/lavis) with LAVIS' runner"),
+        ("lavis-eval", cmd_lavis_eval, "evaluate a LAVIS checkpoint with LAVIS' runner and vlr_retrieval"),
     ):
         s = sub.add_parser(name, help=doc, description=doc + ". Needs the LAVIS environment (docs/lavis.md) "
                            "and CUDA.")
@@ -267,9 +267,9 @@ def _add_lavis(sub) -> None:
         s.add_argument("--image-embeddings",
                        help="their image-embedding store (datasets.vlr_paragraph.build_info.image_embeddings.storage)")
         s.add_argument("--output-dir", help="default: run.output_dir, from the working directory")
-        s.add_argument("--checkpoint", required=evaluate,
+        s.add_argument("--checkpoint",
                        help="trained weights (LAVIS checkpoint_*.pth) loaded over the base model "
-                            "(model.trained_checkpoint)")
+                            "(model.trained_checkpoint); without it the base model is scored")
         s.set_defaults(fn=fn)
 
 

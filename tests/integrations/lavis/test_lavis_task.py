@@ -211,3 +211,18 @@ def test_launcher_resolves_shipped_configs_and_refuses_cpu_clearly(tmp_path, tin
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "needs CUDA" in proc.stderr and "torch.cuda.Stream" in proc.stderr
+
+
+def test_eval_mode_drops_unset_training_data_and_needs_test_splits(tmp_path, tiny_world, tiny_model_options):
+    import lavis.tasks as tasks
+
+    from vlr_plugins.errors import UserError
+
+    with pytest.raises(UserError, match="test_splits is empty"):
+        prepare_config("lavis/c5", [], evaluate=True)
+    path = _run_config(tmp_path, tiny_world, {
+        "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"])})
+    cfg = prepare_config(path, tiny_model_options, evaluate=True)  # no --train: nothing to train on
+    assert "vlr_paragraph" not in cfg.datasets_cfg and cfg.run_cfg.evaluate is True
+    task = tasks.setup_task(cfg)
+    assert set(task.build_datasets(cfg)) == {"vlr_benchmarks"}

@@ -7,7 +7,9 @@ task, datasets, model, ``RunnerBase``) after importing the plugin, plus:
 
 - ``--cfg-path`` takes a file or a shipped run config (``lavis/c5``);
 - ``--train`` / ``--image-embeddings`` set the ``vlr_paragraph`` files, ``--checkpoint``
-  the trained text weights to evaluate, ``--options key=value`` anything else;
+  the trained text weights (without it ``lavis-eval`` scores the base model),
+  ``--options key=value`` anything else; evaluation drops a ``vlr_paragraph`` entry whose
+  files were never set and refuses a config with no ``run.test_splits``;
 - ``run.output_dir`` is made absolute (LAVIS would put it inside its own package folder);
 - without ``torchrun`` it starts a one-process group, since ``RunnerBase.train`` calls
   ``dist.barrier()`` unconditionally;
@@ -72,7 +74,24 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
     run_cfg = cfg.run_cfg
     out = output_dir or run_cfg.get("output_dir", None) or "output"
     run_cfg.output_dir = os.path.abspath(out)
+    if evaluate:
+        _drop_unset_training_data(cfg)
+        if not run_cfg.get("test_splits"):
+            raise UserError(f"{path}: run.test_splits is empty, so there is nothing to evaluate; add "
+                            "benchmarks under datasets (e.g. vlr_coco_karpathy) and test_splits: [test]")
     return cfg
+
+
+def _drop_unset_training_data(cfg) -> None:
+    """Evaluation needs no training samples: a ``vlr_paragraph`` entry whose files were
+    left at ``???`` (a shipped training config) is removed instead of failing."""
+    from omegaconf import OmegaConf
+
+    datasets = cfg.config.datasets
+    for name in list(datasets):
+        ann = OmegaConf.select(datasets[name], "build_info.annotations.train", default=None)
+        if name == "vlr_paragraph" and (ann is None or OmegaConf.is_missing(ann, "storage")):
+            del datasets[name]
 
 
 def _require_cuda(cfg) -> None:
