@@ -205,3 +205,28 @@ def test_tokenizer_gives_lavis_blip_tokenizer_ids(built, tiny_world):
         assert (ours(texts, truncation=True, max_length=budget)["input_ids"]
                 == theirs(texts, truncation=True, max_length=budget)["input_ids"])
     assert ours.enc_token_id == theirs.enc_token_id and ours.bos_token_id == theirs.bos_token_id
+
+
+def test_resume_strictly_loads_what_lavis_saves_and_features_match_the_encoder(built):
+    """RunnerBase saves only trainable tensors and resumes with a strict load_state_dict."""
+    _, _, _, model = built
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    params = dict(model.named_parameters())
+    saved = {k: v.clone() + 1 for k, v in model.state_dict().items() if k in trainable or k not in params}
+    vit_before = model.visual_encoder.pos_embed.clone()
+    model.load_state_dict(saved)  # strict, as RunnerBase._load_checkpoint calls it
+    assert torch.equal(model.text_proj.weight, saved["text_proj.weight"])
+    assert torch.equal(model.visual_encoder.pos_embed, vit_before)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        model.load_state_dict({k: v for k, v in saved.items() if k != "text_proj.weight"})
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        model.load_state_dict({**saved, "text_decoder.x": torch.zeros(1)})
+
+    model.eval()
+    feats = model.extract_features({"text_input": ["a red car", "two dogs"]}, mode="text")
+    assert torch.allclose(feats.text_embeds_proj, model.encode_text(["a red car", "two dogs"]))
+    image = torch.randn(2, 3, 32, 32)
+    assert torch.allclose(model.extract_features({"image": image}, mode="image").image_embeds_proj,
+                          model.encode_image(image))
+    with pytest.raises(ValueError, match="mode"):
+        model.extract_features({}, mode="multimodal")

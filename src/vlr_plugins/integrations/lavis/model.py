@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from lavis.common.dist_utils import download_cached_file
 from lavis.common.utils import is_url
 from lavis.models.blip_models.blip import BlipBase
-from lavis.models.blip_models.blip_outputs import BlipOutput
+from lavis.models.blip_models.blip_outputs import BlipOutput, BlipOutputFeatures
 from lavis.models.med import XBertEncoder
 from lavis.models.vit import VisionTransformerEncoder, interpolate_pos_embed
 from omegaconf import OmegaConf
@@ -181,6 +181,23 @@ class BlipRetrievalTextOnly(BlipBase):
             return None
         return self._load_state(self._read_checkpoint(path), source=path)
 
+    def load_state_dict(self, state_dict, strict: bool = True, **kwargs):
+        """Strict loading accepts a state dict without the frozen parameters.
+
+        LAVIS' runner saves only parameters that require grad, then resumes with a strict
+        ``load_state_dict`` (``run.resume_ckpt_path``), which would fail on the frozen
+        ViT; here those keep their current values. A missing trainable tensor or an
+        unknown key still fails as usual.
+        """
+        if strict:
+            frozen = {n for n, p in self.named_parameters() if not p.requires_grad}
+            own = set(self.state_dict())
+            missing, unexpected = own - set(state_dict), set(state_dict) - own
+            if missing and missing <= frozen and not unexpected:
+                log.info("loading without %d frozen tensors (kept as they are)", len(missing))
+                return super().load_state_dict(state_dict, strict=False, **kwargs)
+        return super().load_state_dict(state_dict, strict=strict, **kwargs)
+
     def load_checkpoint(self, url_or_filename):
         return self._load_state(self._read_checkpoint(url_or_filename), source=url_or_filename)
 
@@ -273,6 +290,21 @@ class BlipRetrievalTextOnly(BlipBase):
         out = self.text_encoder(ids, attention_mask=attention_mask, encoder_hidden_states=image_features,
                                 encoder_attention_mask=atts, return_dict=True)
         return self.itm_head(out.last_hidden_state[:, 0, :])[:, 1]
+
+    @torch.no_grad()
+    def extract_features(self, samples: Mapping[str, Any], mode: str = "text") -> BlipOutputFeatures:
+        """LAVIS' feature-extractor call: ``mode="text"`` embeds ``text_input`` (budgets from
+        ``text_max_len`` or ``max_txt_len``), ``mode="image"`` embeds ``image``; the
+        normalised vectors are in ``text_embeds_proj`` / ``image_embeds_proj``."""
+        if mode == "text":
+            ids, mask = self.tokenize(samples["text_input"], samples.get("text_max_len"))
+            states = self.text_encoder(ids, attention_mask=mask, return_dict=True, mode="text").last_hidden_state
+            proj = F.normalize(self.text_proj(states[:, 0, :]), dim=-1)
+            return BlipOutputFeatures(text_embeds=states, text_embeds_proj=proj)
+        if mode == "image":
+            emb, feats = self.encode_image(samples["image"].to(self.device), return_features=True)
+            return BlipOutputFeatures(image_embeds=feats, image_embeds_proj=emb)
+        raise ValueError(f"mode must be 'text' or 'image' (this model trains no fusion), found {mode!r}")
 
     # ------------------------------------------------------------------ training
 
