@@ -16,10 +16,16 @@ import this module and run LAVIS' own runner.
 
 from __future__ import annotations
 
+import warnings
+
 try:
-    import lavis  # noqa: F401  (registers LAVIS' own models, builders, tasks, processors)
-    import lavis.common.optims  # noqa: F401  (LR schedulers and runners register on import,
-    import lavis.runners  # noqa: F401         as LAVIS' train.py does)
+    # LAVIS' pinned fairscale 0.4.4 and timm 0.4.12 use torch APIs that current torch
+    # deprecates, and say so at import: not the user's concern
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import lavis  # noqa: F401  (registers LAVIS' own models, builders, tasks, processors)
+        import lavis.common.optims  # noqa: F401  (LR schedulers and runners register on import,
+        import lavis.runners  # noqa: F401         as LAVIS' train.py does)
 except ImportError as e:  # pragma: no cover - exercised in the main environment's test
     raise ImportError(
         "vlr_plugins.integrations.lavis needs salesforce-lavis 1.0.2 in its own environment "
