@@ -15,6 +15,7 @@ set; the error names the config key.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
@@ -116,7 +117,7 @@ class VlrParagraphDataset(Dataset):
         check_samples_have_views(samples, (*views.positives, *views.negatives), ann_file)
         self.samples = seeded_fraction(samples, fraction, seed)
         self._store: EmbeddingStore | None = None
-        self.store.check([s.id for s in samples])
+        self.store.check([s.id for s in self.samples])
         self._view_draws = ViewDraws(seed)
 
     @property
@@ -337,8 +338,7 @@ class VlrRetrievalBuilder(_Builder):
                                   f"{e} (reader {reader!r} takes {inspect.signature(read)})") from None
             rs = read(_path(ann), **args)
             out[split] = VlrRetrievalEvalDataset(
-                RetrievalSet(f"{name}", rs.item_ids, rs.texts, rs.text_owner, rs.media, rs.media_root,
-                             rs.categories, rs.text_kinds),
+                dataclasses.replace(rs, name=name),
                 budget, _path(store) if store else None, self.vis_processors["eval"],
                 self.text_processors["eval"], with_images=bool(images))
         return out
