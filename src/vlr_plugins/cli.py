@@ -1,4 +1,4 @@
-"""The ``vlr`` command: list, train, openclip-train, lavis-train, lavis-eval, precompute, eval, export, push, demo.
+"""The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, precompute, eval, export, push, demo.
 
 Every command exits non-zero with a one-line ``error:`` message naming the file, record
 and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
@@ -250,6 +250,10 @@ def cmd_lavis_eval(args: argparse.Namespace) -> int:
     return _lavis_launcher().run(args, evaluate=True)
 
 
+def cmd_lavis_export(args: argparse.Namespace) -> int:
+    return _lavis_launcher().export(args)
+
+
 def _add_lavis(sub) -> None:
     """``vlr lavis-train`` / ``vlr lavis-eval``; the arguments are parsed here so that
     ``--help`` works without LAVIS (it lives in its own environment)."""
@@ -271,6 +275,13 @@ def _add_lavis(sub) -> None:
                        help="trained weights (LAVIS checkpoint_*.pth) loaded over the base model "
                             "(model.trained_checkpoint); without it the base model is scored")
         s.set_defaults(fn=fn)
+    s = sub.add_parser("lavis-export", help="turn a LAVIS checkpoint of blip_retrieval_textonly into a "
+                                            "text-encoder checkpoint for `vlr export` (LAVIS environment, CPU)")
+    s.add_argument("--cfg-path", required=True, help="the run config it was trained with (e.g. lavis/c5)")
+    s.add_argument("--checkpoint", required=True, help="LAVIS checkpoint_*.pth (loaded over the base model)")
+    s.add_argument("--out", required=True, help="output .pth; its tokenizer goes to <stem>-tokenizer/")
+    s.add_argument("--options", nargs="+", default=[], metavar="KEY=VALUE", help="LAVIS config overrides")
+    s.set_defaults(fn=cmd_lavis_export)
 
 
 # --------------------------------------------------------------------------- parser

@@ -35,5 +35,9 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu") -> 
     if not state:
         raise ValueError(f"{spec}: state_dict holds no '{_PREFIX}*' weights")
     encoder = MODELS.build(arch)
+    # position ids are arange buffers, persistent in transformers 4.x and not in 5.x:
+    # checkpoints carry none, so either version loads them
+    own = encoder.state_dict()
+    state |= {k: v for k, v in own.items() if k.endswith("position_ids") and k not in state}
     encoder.load_state_dict(state)
     return encoder.eval()

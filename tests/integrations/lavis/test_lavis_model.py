@@ -9,6 +9,7 @@ pytest.importorskip("lavis", reason="LAVIS lives in its own environment (docs/la
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -230,3 +231,43 @@ def test_resume_strictly_loads_what_lavis_saves_and_features_match_the_encoder(b
                           model.encode_image(image))
     with pytest.raises(ValueError, match="mode"):
         model.extract_features({}, mode="multimodal")
+
+
+def test_lavis_export_writes_a_text_encoder_that_vlr_export_rebuilds(built, tmp_path, tiny_world,
+                                                                      tiny_model_options):
+    """`vlr lavis-export` -> load_text_encoder (what `vlr export` reads): transformers'
+    BlipTextModel with the converted weights embeds exactly as the LAVIS model does."""
+    from transformers import AutoTokenizer
+
+    from vlr_plugins.cli import main
+    from vlr_plugins.text.load import load_text_encoder
+
+    cfg, task, datasets, model = built
+    base = _save({"model": model.state_dict()}, tmp_path / "base.pth")
+    _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
+    grad = {n for n, p in model.named_parameters() if p.requires_grad}
+    trained = _save({"model": {k: v for k, v in model.state_dict().items() if k in grad}},
+                    tmp_path / "checkpoint_0.pth")
+    opts = [o for o in tiny_model_options if not o.startswith("model.finetuned")] + [f"model.finetuned={base}"]
+    # with VLR_LAVIS_ARTIFACTS set (CI), the export is kept for the main environment's
+    # test_lavis_hub_roundtrip.py: `vlr export` + AutoModel under transformers 5
+    shared = os.environ.get("VLR_LAVIS_ARTIFACTS")
+    out = Path(shared) / "c5-text.pth" if shared else tmp_path / "c5-text.pth"
+    assert main(["lavis-export", "--cfg-path", "lavis/c5", "--checkpoint", trained, "--out", str(out),
+                 "--options", *opts]) == 0
+
+    encoder = load_text_encoder(out)
+    meta = torch.load(out, weights_only=True)["meta"]
+    assert meta["vlr_recipe"]["name"] == "C5" and meta["vlr_recipe"]["loss"]["type"] == "MultiPositiveInfoNCELoss"
+    tok = AutoTokenizer.from_pretrained(meta["vlr_text_encoder"]["tokenizer"])
+    texts = ["a red car", _long_paragraph(tiny_world, 126), json.loads(
+        Path(tiny_world["train"]).read_text().splitlines()[0])["paragraph"]]
+    model.eval()
+    with torch.no_grad():
+        expected = model.encode_text(texts, 128)
+        batch = tok(texts, truncation=True, max_length=128, padding=True, return_tensors="pt")
+        got = encoder(batch["input_ids"], batch["attention_mask"])
+    assert batch["input_ids"].tolist() == model.tokenize(texts, 128)[0].tolist()
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    if shared:
+        torch.save({"texts": texts, "embeddings": expected}, Path(shared) / "c5-text-expected.pt")

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from vlr_plugins.errors import UserError
 
-__all__ = ["prepare_config", "run", "resolve_cfg_path"]
+__all__ = ["prepare_config", "run", "export", "resolve_cfg_path"]
 
 
 def resolve_cfg_path(cfg_path: str) -> Path:
@@ -154,4 +155,34 @@ def run(args: argparse.Namespace, *, evaluate: bool) -> int:
     else:
         runner.train()
     print(f"outputs: {runner.output_dir}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """``vlr lavis-export``: a trained LAVIS checkpoint -> a ``vlr`` text-encoder checkpoint
+    (what ``vlr export`` turns into a Hub folder). Runs on a CPU."""
+    from omegaconf import OmegaConf
+
+    from vlr_plugins.integrations.lavis.export import write_vlr_checkpoint
+    from vlr_plugins.recipe import load_recipe
+
+    cfg = prepare_config(args.cfg_path, args.options, checkpoint=args.checkpoint)
+    from lavis.common.registry import registry
+
+    model_cfg = cfg.model_cfg
+    model = registry.get_model_class(model_cfg.arch).from_config(model_cfg).eval()
+    recipe = None
+    with open(resolve_cfg_path(args.cfg_path), encoding="utf-8") as f:  # LAVIS' Config drops the vlr: block
+        name = ((yaml.safe_load(f) or {}).get("vlr") or {}).get("recipe")
+    if name:  # the recipe the run config came from, with the loss and views the run used
+        overrides: dict = {}
+        if model_cfg.get("loss") is not None:
+            overrides["loss"] = OmegaConf.to_container(model_cfg.loss, resolve=True)
+        views = OmegaConf.select(cfg.config, "datasets.vlr_paragraph.text_views", default=None)
+        if views is not None:
+            overrides["text_views"] = OmegaConf.to_container(views, resolve=True)
+        recipe = load_recipe(name, overrides).to_dict()
+    out = write_vlr_checkpoint(model, args.out, recipe)
+    print(f"wrote {out} (+ {out.stem}-tokenizer/); publish it from the main environment with "
+          f"`vlr export {out} EXPORT_DIR` then `vlr push EXPORT_DIR REPO_ID`")
     return 0

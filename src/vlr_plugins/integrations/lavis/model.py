@@ -231,11 +231,12 @@ class BlipRetrievalTextOnly(BlipBase):
         usable = {k: v for k, v in state.items() if k in own and v.shape == own[k].shape}
         skipped = sorted(k for k in state if k in own and k not in usable)
         msg = self.load_state_dict(usable, strict=False)
-        text_missing = [k for k in msg.missing_keys if k.startswith(("text_encoder.", "text_proj."))]
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        text_missing = [k for k in msg.missing_keys if k in trainable]
         log.info("loaded %s: %d tensors; %d model tensors not in it; shape mismatches skipped: %s",
                  source, len(usable), len(msg.missing_keys), skipped or "none")
         if text_missing:
-            log.warning("%s lacks %d text-side tensors (e.g. %s): they stay random",
+            log.warning("%s lacks %d trainable tensors (e.g. %s): they keep their current values",
                         source, len(text_missing), text_missing[0])
         return msg
 
