@@ -188,6 +188,13 @@ def test_itm_reranking_equals_lavis_compute_sim_matrix(tmp_path, tiny_world, tin
 def test_missing_files_and_loss_view_mismatch_are_named(tmp_path, tiny_world, tiny_model_options):
     import lavis.tasks as tasks
 
+    stored_only = _run_config(tmp_path, tiny_world, {
+        "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"])}, rerank=True)
+    cfg = prepare_config(stored_only, tiny_model_options, train=tiny_world["train"],
+                         image_embeddings=tiny_world["image_embeddings"])
+    with pytest.raises(ValueError, match="run.rerank needs the images of retrieval_jsonl"):
+        tasks.setup_task(cfg).build_datasets(cfg)  # at build time, not after training
+
     path = _run_config(tmp_path, tiny_world, {})
     cfg = prepare_config(path, tiny_model_options, image_embeddings=tiny_world["image_embeddings"])
     with pytest.raises(RecipeError, match=r"datasets\.vlr_paragraph\.build_info\.annotations\.train\.storage"):

@@ -92,6 +92,7 @@ class VlrRetrievalTask(RetrievalTask):
             if others:
                 raise ValueError(f"{config_file()}: split {split!r} has LAVIS datasets ({', '.join(others)}) "
                                  f"and vlr benchmarks; LAVIS evaluates one dataset per split")
+            self._check_rerank(benches)  # before training, not after it
             names = [b.name for b in benches]
             if len(set(names)) != len(names):
                 raise ValueError(f"{config_file()}: split {split!r} has two benchmarks named alike "
@@ -153,10 +154,7 @@ class VlrRetrievalTask(RetrievalTask):
 
     def _score_suite(self, model, suite: VlrRetrievalSuite) -> dict[str, dict[str, float]]:
         need_images = [b.with_images and (b.item_embeddings is None or self.rerank) for b in suite.benchmarks]
-        if self.rerank and not all(b.with_images for b in suite.benchmarks):
-            missing = [b.name for b in suite.benchmarks if not b.with_images]
-            raise ValueError(f"rerank: true needs the images of {', '.join(missing)} "
-                             f"(build_info.images.storage): ITM cross-attends to the ViT's tokens")
+        self._check_rerank(suite.benchmarks)
         image_emb, image_feats = self._encode_images(model, suite, need_images)
         out = {}
         for b, bench in enumerate(suite.benchmarks):
@@ -169,6 +167,12 @@ class VlrRetrievalTask(RetrievalTask):
                                  ks=(1, 5, 10), rerank=rerank, rerank_k=self.k_test, device=model.device)
             out[bench.name] = self.metrics(m)
         return out
+
+    def _check_rerank(self, benches: Sequence[VlrRetrievalEvalDataset]) -> None:
+        missing = [b.name for b in benches if not b.with_images]
+        if self.rerank and missing:
+            raise ValueError(f"{config_file()}: run.rerank needs the images of {', '.join(missing)} "
+                             f"(build_info.images.storage): ITM cross-attends to the ViT's tokens")
 
     @staticmethod
     def metrics(engine_result: Mapping[str, float]) -> dict[str, float]:
