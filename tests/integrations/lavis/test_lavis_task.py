@@ -233,3 +233,20 @@ def test_eval_mode_drops_unset_training_data_and_needs_test_splits(tmp_path, tin
     assert "vlr_paragraph" not in cfg.datasets_cfg and cfg.run_cfg.evaluate is True
     task = tasks.setup_task(cfg)
     assert set(task.build_datasets(cfg)) == {"vlr_benchmarks"}
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c["model"].update(arch="blip_retrieval_txtonly"), "model.arch"),
+    (lambda c: c["datasets"].update(vlr_paragrap=c["datasets"].pop("vlr_paragraph")), "datasets.vlr_paragrap"),
+    (lambda c: c["run"].update(task="vlr_retrival"), "run.task"),
+    (lambda c: c.pop("run"), "run"),
+])
+def test_misspelt_names_in_a_run_config_are_named(tmp_path, edit, key):
+    from vlr_plugins.errors import UserError
+
+    cfg = yaml.safe_load(list_recipes()["lavis/c5"].read_text())
+    edit(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(UserError, match=rf"bad\.yaml: {key}: "):
+        prepare_config(str(path))

@@ -71,6 +71,7 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
     if bad:
         raise UserError(f"--options takes KEY=VALUE pairs, found {bad}")
     path = resolve_cfg_path(cfg_path)
+    _check_names(path)
     cfg = Config(argparse.Namespace(cfg_path=str(path), options=opts))
     run_cfg = cfg.run_cfg
     out = output_dir or run_cfg.get("output_dir", None) or "output"
@@ -81,6 +82,27 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
             raise UserError(f"{path}: run.test_splits is empty, so there is nothing to evaluate; add "
                             "benchmarks under datasets (e.g. vlr_coco_karpathy) and test_splits: [test]")
     return cfg
+
+
+def _check_names(path: Path) -> None:
+    """The names a run config gives (model arch, builders, task) exist in LAVIS' registry:
+    LAVIS itself would fail on them with an AttributeError about ``None``."""
+    from lavis.common.registry import registry
+
+    with open(path, encoding="utf-8") as f:
+        raw = yaml.safe_load(f) or {}
+    for key in ("model", "datasets", "run"):
+        if not isinstance(raw.get(key), dict):
+            raise UserError(f"{path}: {key}: missing (a LAVIS run config has model, datasets and run)")
+    checks = [("model.arch", raw["model"].get("arch"), registry.get_model_class, registry.list_models),
+              ("run.task", raw["run"].get("task"), registry.get_task_class, registry.list_tasks)]
+    checks += [(f"datasets.{name}", name, registry.get_builder_class, registry.list_datasets)
+               for name in raw["datasets"]]
+    for key, name, get, known in checks:
+        if get(name) is None:
+            vlr = [n for n in known() if n.startswith(("vlr_", "blip_retrieval_textonly"))]
+            raise UserError(f"{path}: {key}: {name!r} is not registered in LAVIS "
+                            f"(the plugin's: {', '.join(vlr)})")
 
 
 def _drop_unset_training_data(cfg) -> None:
