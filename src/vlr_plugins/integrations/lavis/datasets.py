@@ -30,7 +30,7 @@ from lavis.processors.blip_processors import BlipCaptionProcessor
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
-from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.embedding_store import EmbeddingStore, LazyStoreMixin
 from vlr_plugins.data.retrieval_set import RetrievalSet
 from vlr_plugins.data.sample import read_paragraph_samples
 from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
@@ -102,7 +102,7 @@ class _Builder(BaseDatasetBuilder):
 # --------------------------------------------------------------------------- training
 
 
-class VlrParagraphDataset(Dataset):
+class VlrParagraphDataset(LazyStoreMixin, Dataset):
     """Training samples -> ``image_emb`` + the texts of the recipe's views with their budgets.
 
     Random views are redrawn at every step, reproducibly for a seed (as under MMEngine
@@ -116,18 +116,8 @@ class VlrParagraphDataset(Dataset):
         samples = read_paragraph_samples(ann_file)
         check_samples_have_views(samples, (*views.positives, *views.negatives), ann_file)
         self.samples = seeded_fraction(samples, fraction, seed)
-        self._store: EmbeddingStore | None = None
         self.store.check([s.id for s in self.samples])
         self._view_draws = ViewDraws(seed)
-
-    @property
-    def store(self) -> EmbeddingStore:
-        if self._store is None:
-            self._store = EmbeddingStore(self.image_embeddings)
-        return self._store
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_store": None}
 
     def __len__(self) -> int:
         return len(self.samples)

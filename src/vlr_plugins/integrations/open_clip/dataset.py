@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.embedding_store import LazyStoreMixin
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.sample import TEXT_FIELDS, ParagraphSample, read_paragraph_samples
 from vlr_plugins.data.text_views import (
@@ -254,7 +254,7 @@ def read_image_text_samples(
 # --------------------------------------------------------------------------- dataset
 
 
-class TextViewsImageDataset(Dataset):
+class TextViewsImageDataset(LazyStoreMixin, Dataset):
     """``(image, TextItem)`` per sample; the image is ``transform(PIL image)`` or, with an
     ``image_embeddings`` store, the sample's precomputed ``(D,)`` embedding (no file is opened).
 
@@ -280,7 +280,6 @@ class TextViewsImageDataset(Dataset):
         samples = seeded_fraction(samples, fraction, seed)
         self.samples, self.texts, self.transform, self.seed = list(samples), texts, transform, seed
         self.image_embeddings = image_embeddings
-        self._store: EmbeddingStore | None = None
         if image_embeddings is not None:
             self.store.check([s.id for s, _ in self.samples])
         elif transform is None:
@@ -288,15 +287,6 @@ class TextViewsImageDataset(Dataset):
                 "TextViewsImageDataset needs an image transform or an image_embeddings store"
             )
         self._view_draws = ViewDraws(seed)
-
-    @property
-    def store(self) -> EmbeddingStore:
-        if self._store is None:
-            self._store = EmbeddingStore(self.image_embeddings)
-        return self._store
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}  # each worker opens its own shard handles
 
     def __len__(self) -> int:
         return len(self.samples)
