@@ -17,6 +17,8 @@ from vlr_plugins.text.tokenizer import (  # noqa: E402
     PUNCTUATION,
     SPECIAL_TOKENS,
     build_wordpiece_tokenizer,
+    pad_token_rows,
+    token_ids_at_budgets,
     words_of,
 )
 
@@ -87,6 +89,18 @@ def test_batch_padding_truncation_and_tensors(tok):
     for row, n in zip(ids.tolist(), lengths):
         assert row[n - 1] == tok.sep_token_id
         assert row[n:] == [tok.pad_token_id] * (8 - n)
+
+
+def test_each_text_is_cut_at_its_own_budget_and_padded_like_the_tokenizer(tok):
+    texts = [CORPUS[1], CORPUS[0], CORPUS[1], "street"]
+    budgets = [6, 64, 64, 6]
+    rows = token_ids_at_budgets(tok, texts, budgets)
+    assert rows == [tok(t, truncation=True, max_length=b)["input_ids"] for t, b in zip(texts, budgets)]
+    ids, mask = pad_token_rows(rows, tok.pad_token_id)
+    ref = tok.pad({"input_ids": rows}, return_tensors="pt")
+    assert ids.tolist() == ref["input_ids"].tolist() and mask.tolist() == ref["attention_mask"].tolist()
+    with pytest.raises(ValueError, match="2 texts but 1 token budgets"):
+        token_ids_at_budgets(tok, texts[:2], [6])
 
 
 def test_model_max_length_is_the_default_truncation(tok):

@@ -1,4 +1,5 @@
-"""A BERT-style whole-word WordPiece tokenizer built from a word list, offline.
+"""A BERT-style whole-word WordPiece tokenizer built from a word list, offline; and
+tokenising with a token budget per text (captions 77, paragraphs 128 in one batch).
 
 The demo and the tests need a real Hugging Face tokenizer without downloading
 ``bert-base-uncased``; a closed-vocabulary one built from the words of a corpus
@@ -9,13 +10,16 @@ behaves the same way for a text encoder (``[CLS] ... [SEP]``, padding, truncatio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-__all__ = ["SPECIAL_TOKENS", "PUNCTUATION", "build_wordpiece_tokenizer", "words_of"]
+__all__ = ["SPECIAL_TOKENS", "PUNCTUATION", "build_wordpiece_tokenizer", "words_of", "token_ids_at_budgets",
+           "pad_token_rows"]
 
 #: BERT's special tokens, in id order: ``[PAD]`` is 0 as in ``bert-base-uncased``.
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -101,3 +105,31 @@ def build_wordpiece_tokenizer(
         sep_token="[SEP]",
         mask_token="[MASK]",
     )
+
+
+def token_ids_at_budgets(tokenizer: Any, texts: Sequence[str], budgets: Sequence[int]) -> list[list[int]]:
+    """Each text's token ids, cut at its own budget (special tokens included); one
+    tokenizer call per distinct budget, results in the texts' order."""
+    if len(texts) != len(budgets):
+        raise ValueError(f"{len(texts)} texts but {len(budgets)} token budgets")
+    out: list[list[int]] = [[] for _ in texts]
+    by_budget: dict[int, list[int]] = {}
+    for i, budget in enumerate(budgets):
+        by_budget.setdefault(int(budget), []).append(i)
+    for budget, idx in by_budget.items():
+        enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=budget)["input_ids"]
+        for i, ids in zip(idx, enc):
+            out[i] = list(ids)
+    return out
+
+
+def pad_token_rows(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` (N, L) padded with ``pad_token_id`` to the longest row, and the
+    matching ``attention_mask`` (1 on tokens, 0 on padding)."""
+    length = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, : len(r)] = 1
+    return input_ids, attention_mask

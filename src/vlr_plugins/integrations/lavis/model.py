@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from vlr_plugins.integrations.lavis._registry import register
+from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["BlipRetrievalTextOnly", "CONFIG_DIR"]
 
@@ -201,8 +202,7 @@ class BlipRetrievalTextOnly(BlipBase):
     def load_checkpoint(self, url_or_filename):
         return self._load_state(self._read_checkpoint(url_or_filename), source=url_or_filename)
 
-    def load_from_pretrained(self, url_or_filename):
-        return self._load_state(self._read_checkpoint(url_or_filename), source=url_or_filename)
+    load_from_pretrained = load_checkpoint  # LAVIS' name for ``load_finetuned: false``
 
     @staticmethod
     def _read_checkpoint(url_or_filename: str) -> dict[str, torch.Tensor]:
@@ -242,26 +242,19 @@ class BlipRetrievalTextOnly(BlipBase):
 
     # ------------------------------------------------------------------ encoders
 
+    def _budgets(self, budgets: Sequence[int] | int | None, n: int) -> list[int]:
+        if budgets is None or isinstance(budgets, int):
+            return [budgets or self.max_txt_len] * n
+        return [int(b) for b in budgets]
+
     def tokenize(self, texts: Sequence[str], budgets: Sequence[int] | int | None = None):
         """Token ids (N, L) and mask, each text cut at its own budget, padded to the longest."""
         texts = list(texts)
-        if budgets is None or isinstance(budgets, int):
-            budgets = [budgets or self.max_txt_len] * len(texts)
-        if len(budgets) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(budgets)} token budgets")
-        rows: list[list[int]] = [[] for _ in texts]
-        for budget in sorted(set(int(b) for b in budgets)):
+        budgets = self._budgets(budgets, len(texts))
+        for budget in set(budgets):
             self._check_budget(budget, "text budget")
-            idx = [i for i, b in enumerate(budgets) if int(b) == budget]
-            enc = self.tokenizer([texts[i] for i in idx], truncation=True, max_length=budget)["input_ids"]
-            for i, ids in zip(idx, enc):
-                rows[i] = ids
-        length = max(len(r) for r in rows)
-        ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1
+        rows = token_ids_at_budgets(self.tokenizer, texts, budgets)
+        ids, mask = pad_token_rows(rows, self.tokenizer.pad_token_id)
         return ids.to(self.device), mask.to(self.device)
 
     def encode_text(self, texts: Sequence[str], budgets: Sequence[int] | int | None = None) -> torch.Tensor:
@@ -270,8 +263,12 @@ class BlipRetrievalTextOnly(BlipBase):
         return self.encode_tokens(ids, mask)
 
     def encode_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.text_encoder(input_ids, attention_mask=attention_mask, return_dict=True, mode="text")
-        return F.normalize(self.text_proj(out.last_hidden_state[:, 0, :]), dim=-1)
+        return self._text_states_and_embeddings(input_ids, attention_mask)[1]
+
+    def _text_states_and_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        states = self.text_encoder(input_ids, attention_mask=attention_mask, return_dict=True,
+                                   mode="text").last_hidden_state
+        return states, F.normalize(self.text_proj(states[:, 0, :]), dim=-1)
 
     @torch.no_grad()
     def encode_image(self, image: torch.Tensor, return_features: bool = False):
@@ -298,9 +295,8 @@ class BlipRetrievalTextOnly(BlipBase):
         ``text_max_len`` or ``max_txt_len``), ``mode="image"`` embeds ``image``; the
         normalised vectors are in ``text_embeds_proj`` / ``image_embeds_proj``."""
         if mode == "text":
-            ids, mask = self.tokenize(samples["text_input"], samples.get("text_max_len"))
-            states = self.text_encoder(ids, attention_mask=mask, return_dict=True, mode="text").last_hidden_state
-            proj = F.normalize(self.text_proj(states[:, 0, :]), dim=-1)
+            states, proj = self._text_states_and_embeddings(
+                *self.tokenize(samples["text_input"], samples.get("text_max_len")))
             return BlipOutputFeatures(text_embeds=states, text_embeds_proj=proj)
         if mode == "image":
             emb, feats = self.encode_image(samples["image"].to(self.device), return_features=True)
@@ -323,12 +319,16 @@ class BlipRetrievalTextOnly(BlipBase):
             image_emb = self.encode_image(samples["image"])
         image_emb = image_emb.to(self.device)
         n = image_emb.shape[0]
-        texts = samples["text_input"]
-        text_emb = self.encode_text(texts, samples.get("text_max_len"))
+        texts, negs = list(samples["text_input"]), list(samples.get("neg_input") or [])
+        # positives and hard negatives in one pass of the text encoder
+        budgets = self._budgets(samples.get("text_max_len"), len(texts))
+        budgets += self._budgets(samples.get("neg_max_len"), len(negs))
+        emb = self.encode_text(texts + negs, budgets)
+        text_emb = emb[: len(texts)]
         owner = self._owner(samples, "text_owner", len(texts), n)
         neg_emb = neg_owner = None
-        if samples.get("neg_input"):
-            neg_emb = self.encode_text(samples["neg_input"], samples.get("neg_max_len"))
+        if negs:
+            neg_emb = emb[len(texts):]
             neg_owner = torch.as_tensor(samples["neg_owner"], device=self.device)
         if image_emb.shape[1] != text_emb.shape[1]:
             raise ValueError(f"the image embeddings are {image_emb.shape[1]}-d but text_proj gives "

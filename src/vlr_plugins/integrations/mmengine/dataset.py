@@ -19,6 +19,7 @@ from vlr_plugins.data.sample import read_paragraph_samples
 from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.recipe import EvalSplit, TextView
+from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["ParagraphTextViewsDataset", "RetrievalEvalDataset", "vlr_text_views_collate"]
 
@@ -42,16 +43,8 @@ class _Tokenizing:
         return self._tok
 
     def _token_ids(self, texts_and_budgets: Sequence[tuple[str, int]]) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in texts_and_budgets]
-        by_budget: dict[int, list[int]] = {}
-        for i, (_, budget) in enumerate(texts_and_budgets):
-            by_budget.setdefault(budget, []).append(i)
-        for budget, idx in by_budget.items():
-            enc = self.tokenizer([texts_and_budgets[i][0] for i in idx], truncation=True,
-                                 max_length=budget)["input_ids"]
-            for i, ids in zip(idx, enc):
-                out[i] = list(ids)
-        return out
+        return token_ids_at_budgets(self.tokenizer, [t for t, _ in texts_and_budgets],
+                                    [b for _, b in texts_and_budgets])
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -90,7 +83,7 @@ class ParagraphTextViewsDataset(_Tokenizing, _StoreCache, Dataset):
         samples = read_paragraph_samples(ann_file)
         check_samples_have_views(samples, (*self.positives, *self.negatives), ann_file)
         self.samples = seeded_fraction(samples, fraction, seed)
-        self._store(image_embeddings).check([s.id for s in samples])
+        self._store(image_embeddings).check([s.id for s in self.samples])
         self._view_draws = ViewDraws(seed)
 
     def __len__(self) -> int:
@@ -165,12 +158,7 @@ def vlr_text_views_collate(batch: Sequence[dict], pad_token_id: int = 0) -> dict
     for i, b in enumerate(batch):
         texts += b["neg"]
         neg_owner += [i] * len(b["neg"])
-    length = max(len(t) for t in texts)
-    input_ids = torch.full((len(texts), length), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(texts), length), dtype=torch.long)
-    for row, t in enumerate(texts):
-        input_ids[row, : len(t)] = torch.tensor(t, dtype=torch.long)
-        attention_mask[row, : len(t)] = 1
+    input_ids, attention_mask = pad_token_rows(texts, pad_token_id)
     out = {
         "image_emb": torch.stack([b["image_emb"] for b in batch]),
         "input_ids": input_ids,
