@@ -42,6 +42,7 @@ __all__ = [
     "recipe_dirs",
     "list_recipes",
     "find_recipe",
+    "build_text_views",
 ]
 
 _TAKE = ("all", "random", "first")
@@ -350,6 +351,17 @@ def _build_view(raw: dict[str, Any], path: Path, key: str) -> TextView:
     return view
 
 
+def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "text_views") -> TextViews:
+    """Validate ``{positives: [...], negatives: [...]}``; errors name ``path`` and ``key``."""
+    if not raw.get("positives"):
+        raise RecipeError(path, f"{key}.positives", "at least one positive view is required")
+    return TextViews(
+        positives=tuple(_build_view(v, path, f"{key}.positives[{i}]") for i, v in enumerate(raw["positives"])),
+        negatives=tuple(_build_view(v, path, f"{key}.negatives[{i}]")
+                        for i, v in enumerate(raw.get("negatives") or [])),
+    )
+
+
 def _check_loss(loss: dict[str, Any], views: TextViews, path: Path) -> None:
     from vlr_plugins.registry import LOSSES
 
@@ -382,14 +394,7 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     for key in ("name", "text_views", "loss", "model"):
         if key not in raw:
             raise RecipeError(p, key, "missing (required)")
-    tv = raw["text_views"]
-    if not tv.get("positives"):
-        raise RecipeError(p, "text_views.positives", "at least one positive view is required")
-    views = TextViews(
-        positives=tuple(_build_view(v, p, f"text_views.positives[{i}]") for i, v in enumerate(tv["positives"])),
-        negatives=tuple(_build_view(v, p, f"text_views.negatives[{i}]")
-                        for i, v in enumerate(tv.get("negatives") or [])),
-    )
+    views = build_text_views(raw["text_views"], p)
     _check_loss(raw["loss"], views, p)
     if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
         raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")

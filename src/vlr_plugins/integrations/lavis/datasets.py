@@ -36,7 +36,7 @@ from vlr_plugins.data.sample import read_paragraph_samples
 from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.integrations.lavis.model import CONFIG_DIR
-from vlr_plugins.recipe import RecipeError, TextViews, _build_view
+from vlr_plugins.recipe import RecipeError, TextViews, build_text_views
 
 __all__ = ["VlrParagraphDataset", "VlrRetrievalEvalDataset", "VlrRetrievalSuite",
            "VlrParagraphBuilder", "VlrRetrievalBuilder", "config_file"]
@@ -50,18 +50,6 @@ def config_file() -> str:
     return str(getattr(getattr(conf, "args", None), "cfg_path", None) or "<LAVIS run config>")
 
 
-def _need(cfg, key: str, where: str, what: str) -> Any:
-    """``cfg[key]`` (dotted); a missing or ``???`` value is an error naming the key."""
-    node, parts = cfg, key.split(".")
-    for i, part in enumerate(parts):
-        if node is None or part not in node or OmegaConf.is_missing(node, part):
-            raise RecipeError(config_file(), f"{where}.{key}", f"missing: {what}")
-        node = node[part] if i == len(parts) - 1 else node.get(part)
-    if node is None:
-        raise RecipeError(config_file(), f"{where}.{key}", f"missing: {what}")
-    return node
-
-
 def _optional(cfg, key: str) -> Any:
     """``cfg[key]`` (dotted), or ``None`` when absent, null or left at ``???``."""
     node = cfg
@@ -69,6 +57,14 @@ def _optional(cfg, key: str) -> Any:
         if node is None or part not in node or OmegaConf.is_missing(node, part):
             return None
         node = node[part]
+    return node
+
+
+def _need(cfg, key: str, where: str, what: str) -> Any:
+    """``cfg[key]`` (dotted); a missing, null or ``???`` value is an error naming the key."""
+    node = _optional(cfg, key)
+    if node is None:
+        raise RecipeError(config_file(), f"{where}.{key}", f"missing: {what}")
     return node
 
 
@@ -156,16 +152,7 @@ class VlrParagraphDataset(LazyStoreMixin, Dataset):
 
 def _views(cfg, where: str) -> TextViews:
     raw = _need(cfg, "text_views", where, "the recipe's text views (positives, negatives)")
-    raw = OmegaConf.to_container(raw, resolve=True)
-    path = config_file()
-    if not raw.get("positives"):
-        raise RecipeError(path, f"{where}.text_views.positives", "at least one positive view is required")
-    return TextViews(
-        positives=tuple(_build_view(v, path, f"{where}.text_views.positives[{i}]")
-                        for i, v in enumerate(raw["positives"])),
-        negatives=tuple(_build_view(v, path, f"{where}.text_views.negatives[{i}]")
-                        for i, v in enumerate(raw.get("negatives") or [])),
-    )
+    return build_text_views(OmegaConf.to_container(raw, resolve=True), config_file(), f"{where}.text_views")
 
 
 @register("builder", "vlr_paragraph")
