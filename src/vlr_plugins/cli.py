@@ -255,8 +255,8 @@ def cmd_lavis_export(args: argparse.Namespace) -> int:
 
 
 def _add_lavis(sub) -> None:
-    """``vlr lavis-train`` / ``vlr lavis-eval``; the arguments are parsed here so that
-    ``--help`` works without LAVIS (it lives in its own environment)."""
+    """``vlr lavis-train`` / ``lavis-eval`` / ``lavis-export``; the arguments are parsed here
+    so that ``--help`` works without LAVIS (it lives in its own environment)."""
     for name, fn, doc in (
         ("lavis-train", cmd_lavis_train, "train a LAVIS run config (recipes/lavis) with LAVIS' runner"),
         ("lavis-eval", cmd_lavis_eval, "evaluate a LAVIS checkpoint with LAVIS' runner and vlr_retrieval"),

@@ -71,8 +71,9 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
     if bad:
         raise UserError(f"--options takes KEY=VALUE pairs, found {bad}")
     path = resolve_cfg_path(cfg_path)
-    _check_names(path)
+    raw = _read_run_config(path)
     cfg = Config(argparse.Namespace(cfg_path=str(path), options=opts))
+    cfg.vlr = raw.get("vlr") or {}  # LAVIS' Config keeps only model, datasets and run
     run_cfg = cfg.run_cfg
     out = output_dir or run_cfg.get("output_dir", None) or "output"
     run_cfg.output_dir = os.path.abspath(out)
@@ -84,9 +85,10 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
     return cfg
 
 
-def _check_names(path: Path) -> None:
-    """The names a run config gives (model arch, builders, task) exist in LAVIS' registry:
-    LAVIS itself would fail on them with an AttributeError about ``None``."""
+def _read_run_config(path: Path) -> dict:
+    """The run config as written, once its names (model arch, builders, task) are known to
+    be in LAVIS' registry: LAVIS itself would fail on them with an AttributeError about
+    ``None``."""
     from lavis.common.registry import registry
 
     with open(path, encoding="utf-8") as f:
@@ -103,6 +105,7 @@ def _check_names(path: Path) -> None:
             vlr = [n for n in known() if n.startswith(("vlr_", "blip_retrieval_textonly"))]
             raise UserError(f"{path}: {key}: {name!r} is not registered in LAVIS "
                             f"(the plugin's: {', '.join(vlr)})")
+    return raw
 
 
 def _drop_unset_training_data(cfg) -> None:
@@ -111,10 +114,10 @@ def _drop_unset_training_data(cfg) -> None:
     from omegaconf import OmegaConf
 
     datasets = cfg.config.datasets
-    for name in list(datasets):
-        ann = OmegaConf.select(datasets[name], "build_info.annotations.train", default=None)
-        if name == "vlr_paragraph" and (ann is None or OmegaConf.is_missing(ann, "storage")):
-            del datasets[name]
+    if "vlr_paragraph" in datasets:
+        ann = OmegaConf.select(datasets.vlr_paragraph, "build_info.annotations.train", default=None)
+        if ann is None or OmegaConf.is_missing(ann, "storage"):
+            del datasets["vlr_paragraph"]
 
 
 def _require_cuda(cfg) -> None:
@@ -194,8 +197,7 @@ def export(args: argparse.Namespace) -> int:
     model_cfg = cfg.model_cfg
     model = registry.get_model_class(model_cfg.arch).from_config(model_cfg).eval()
     recipe = None
-    with open(resolve_cfg_path(args.cfg_path), encoding="utf-8") as f:  # LAVIS' Config drops the vlr: block
-        name = ((yaml.safe_load(f) or {}).get("vlr") or {}).get("recipe")
+    name = cfg.vlr.get("recipe")
     if name:  # the recipe the run config came from, with the loss and views the run used
         overrides: dict = {}
         if model_cfg.get("loss") is not None:

@@ -25,6 +25,7 @@ import torch
 from lavis.common.dist_utils import is_main_process
 from lavis.common.registry import registry
 from lavis.tasks.retrieval import RetrievalTask
+from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
@@ -36,6 +37,8 @@ from vlr_plugins.integrations.lavis.datasets import (
     VlrRetrievalSuite,
     config_file,
 )
+from vlr_plugins.integrations.lavis.model import DEFAULT_LOSS
+from vlr_plugins.recipe import _check_loss
 
 __all__ = ["VlrRetrievalTask", "lavis_metrics"]
 
@@ -78,8 +81,8 @@ class VlrRetrievalTask(RetrievalTask):
         """LAVIS' builders, then: the recipe's loss checked against the training views,
         and each evaluation split's benchmarks gathered into one suite (LAVIS takes
         one dataset per evaluation split)."""
+        self._check_loss_views(cfg)  # before any file is read
         datasets = super().build_datasets(cfg)
-        self._check_loss_views(cfg)
         suites: dict[str, list[VlrRetrievalEvalDataset]] = {}
         for name in list(datasets):
             for split in list(datasets[name]):
@@ -103,15 +106,9 @@ class VlrRetrievalTask(RetrievalTask):
 
     @staticmethod
     def _check_loss_views(cfg) -> None:
-        from vlr_plugins.recipe import _check_loss
-
         model_cfg = cfg.model_cfg
         if model_cfg.get("arch") != "blip_retrieval_textonly":
             return
-        from omegaconf import OmegaConf
-
-        from vlr_plugins.integrations.lavis.model import DEFAULT_LOSS
-
         loss = model_cfg.get("loss", None)
         loss = OmegaConf.to_container(loss, resolve=True) if loss is not None else DEFAULT_LOSS
         for name, dcfg in cfg.datasets_cfg.items():
