@@ -73,3 +73,24 @@ def tiny_model_options(tiny_med_config) -> list[str]:
         "model.image_size=32", f"model.embed_dim={TINY_WIDTH}", "model.finetuned=null",
         "model.pretrained=null",
     ]
+
+
+@pytest.fixture
+def write_run_config(tmp_path):
+    """``write(datasets=None, **run)``: the shipped ``lavis/c5`` as a small CPU run config,
+    with extra ``datasets`` entries and ``run`` keys; returns the written file's path."""
+    import yaml
+
+    from vlr_plugins.recipe import list_recipes
+
+    def write(datasets: dict | None = None, **run) -> str:
+        cfg = yaml.safe_load(list_recipes()["lavis/c5"].read_text())
+        cfg["datasets"].update(datasets or {})
+        cfg["run"].update({"device": "cpu", "distributed": False, "batch_size_train": 8, "batch_size_eval": 8,
+                           "num_workers": 0, "test_splits": ["test"], "warmup_steps": 2, "init_lr": 1e-3,
+                           "output_dir": str(tmp_path / "out"), "progress": False, **run})
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return str(path)
+
+    return write

@@ -13,33 +13,23 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 import vlr_plugins.integrations.lavis  # noqa: E402,F401
 from vlr_plugins.integrations.lavis.launcher import prepare_config  # noqa: E402
-from vlr_plugins.recipe import list_recipes  # noqa: E402
 
 
-def _run_config(tmp_path: Path, tiny_world, name: str = "lavis/c5", **run) -> Path:
-    cfg = yaml.safe_load(list_recipes()[name].read_text())
-    cfg["datasets"]["vlr_retrieval"] = {
+def _long_benchmark(tiny_world) -> dict:
+    return {"vlr_retrieval": {
         "reader": "retrieval_jsonl", "name": "long", "max_tokens": 128,
         "build_info": {"annotations": {"test": {"storage": tiny_world["eval_long"]}},
-                       "item_embeddings": {"storage": tiny_world["image_embeddings"]}},
-    }
-    cfg["run"].update({"device": "cpu", "distributed": False, "batch_size_train": 8, "batch_size_eval": 8,
-                       "num_workers": 0, "test_splits": ["test"], "warmup_steps": 2, "init_lr": 1e-3,
-                       "output_dir": str(tmp_path / "out"), "progress": False, **run})
-    path = tmp_path / f"{name.replace('/', '_')}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+                       "item_embeddings": {"storage": tiny_world["image_embeddings"]}}}}
 
 
 @pytest.fixture
-def built(tmp_path, tiny_world, tiny_model_options):
+def built(write_run_config, tiny_world, tiny_model_options):
     import lavis.tasks as tasks
 
-    cfg = prepare_config(str(_run_config(tmp_path, tiny_world)), tiny_model_options,
+    cfg = prepare_config(write_run_config(_long_benchmark(tiny_world)), tiny_model_options,
                          train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])
     task = tasks.setup_task(cfg)
     datasets = task.build_datasets(cfg)
@@ -159,7 +149,7 @@ def _save(obj, path: Path) -> str:
 
 
 def test_checkpoints_load_weights_only_and_trained_weights_overlay_the_base(built, tmp_path, tiny_world,
-                                                                          tiny_model_options):
+                                                                          tiny_model_options, write_run_config):
     import lavis.tasks as tasks
 
     cfg, task, datasets, model = built
@@ -172,7 +162,7 @@ def test_checkpoints_load_weights_only_and_trained_weights_overlay_the_base(buil
     trained = _save({"model": state, "optimizer": {}, "config": {}, "scaler": None, "epoch": 0},
                     tmp_path / "checkpoint_0.pth")
 
-    run_cfg = _run_config(tmp_path, tiny_world)
+    run_cfg = write_run_config(_long_benchmark(tiny_world))
     opts = [o for o in tiny_model_options if not o.startswith("model.finetuned")]
     cfg2 = prepare_config(str(run_cfg), opts + [f"model.finetuned={base}"], checkpoint=trained,
                           train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])

@@ -63,39 +63,29 @@ def test_metrics_equal_the_engine_and_lavis_report_metrics(output_dir):
     assert ours["txt_r1"] == engine["i2t_r1"] and ours["img_r5"] == engine["t2i_r5"]
 
 
-def _run_config(tmp_path, tiny_world, datasets: dict, **run) -> str:
-    cfg = yaml.safe_load(list_recipes()["lavis/c5"].read_text())
-    cfg["datasets"].update(datasets)
-    cfg["run"].update({"device": "cpu", "distributed": False, "batch_size_eval": 8, "num_workers": 0,
-                       "test_splits": ["test"], "output_dir": str(tmp_path / "out"), "progress": False, **run})
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
-
-
 def _bench(ann: str, store: str | None, budget: int = 128, reader: str = "retrieval_jsonl", **extra) -> dict:
     return {"reader": reader, "max_tokens": budget, **extra,
             "build_info": {"annotations": {"test": {"storage": ann}},
                            "item_embeddings": {"storage": store}}}
 
 
-def _build(tmp_path, tiny_world, tiny_model_options, datasets, **run):
+def _build(write_run_config, tiny_world, tiny_model_options, datasets, **run):
     import lavis.tasks as tasks
 
-    cfg = prepare_config(_run_config(tmp_path, tiny_world, datasets, **run), tiny_model_options,
+    cfg = prepare_config(write_run_config(datasets, **run), tiny_model_options,
                          train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])
     task = tasks.setup_task(cfg)
     return task, task.build_datasets(cfg), task.build_model(cfg)
 
 
-def test_evaluation_equals_lavis_report_metrics_on_the_models_scores(tmp_path, tiny_world, tiny_model_options,
+def test_evaluation_equals_lavis_report_metrics_on_the_models_scores(write_run_config, tmp_path, tiny_world, tiny_model_options,
                                                                      output_dir):
     from torch.utils.data import DataLoader
 
     from vlr_plugins.data.embedding_store import EmbeddingStore
     from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 
-    task, datasets, model = _build(tmp_path, tiny_world, tiny_model_options, {
+    task, datasets, model = _build(write_run_config, tiny_world, tiny_model_options, {
         "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"])})
     suite = datasets["vlr_benchmarks"]["test"]
     result = task.evaluation(model, DataLoader(suite, batch_size=8, collate_fn=suite.collater))
@@ -119,9 +109,9 @@ def _as_karpathy_flickr(jsonl: str, out) -> str:
     return str(out)
 
 
-def test_several_benchmarks_share_a_split_as_one_suite(tmp_path, tiny_world, tiny_model_options, output_dir):
+def test_several_benchmarks_share_a_split_as_one_suite(write_run_config, tmp_path, tiny_world, tiny_model_options, output_dir):
     flickr = _as_karpathy_flickr(tiny_world["eval_short"], tmp_path / "dataset_flickr30k.json")
-    task, datasets, model = _build(tmp_path, tiny_world, tiny_model_options, {
+    task, datasets, model = _build(write_run_config, tiny_world, tiny_model_options, {
         "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"], name="long"),
         "vlr_flickr30k": _bench(flickr, tiny_world["image_embeddings"], budget=77, reader="flickr30k"),
     })
@@ -152,7 +142,7 @@ def _flickr_with_images(tmp_path, n: int) -> tuple[str, str]:
     return str(ann), str(root)
 
 
-def test_itm_reranking_equals_lavis_compute_sim_matrix(tmp_path, tiny_world, tiny_model_options, output_dir):
+def test_itm_reranking_equals_lavis_compute_sim_matrix(write_run_config, tmp_path, tiny_world, tiny_model_options, output_dir):
     """With images, the task encodes them with the model's ViT and re-scores the top k_test
     with ITM + similarity; LAVIS' own compute_sim_matrix + _report_metrics agree."""
     from lavis.models.albef_models import compute_sim_matrix
@@ -164,7 +154,7 @@ def test_itm_reranking_equals_lavis_compute_sim_matrix(tmp_path, tiny_world, tin
     bench["build_info"]["images"] = {"storage": root}
     bench["build_info"]["annotations"]["test"]["args"] = {"split": "test"}
     bench["vis_processor"] = {"eval": {"name": "blip_image_eval", "image_size": 32}}
-    task, datasets, model = _build(tmp_path, tiny_world, tiny_model_options, {"vlr_flickr30k": bench},
+    task, datasets, model = _build(write_run_config, tiny_world, tiny_model_options, {"vlr_flickr30k": bench},
                                    rerank=True, k_test=n)
     suite = datasets["vlr_benchmarks"]["test"]
     model.eval()
@@ -185,17 +175,17 @@ def test_itm_reranking_equals_lavis_compute_sim_matrix(tmp_path, tiny_world, tin
         assert ours[k] == pytest.approx(lavis[k], abs=1e-4), k
 
 
-def test_missing_files_and_loss_view_mismatch_are_named(tmp_path, tiny_world, tiny_model_options):
+def test_missing_files_and_loss_view_mismatch_are_named(write_run_config, tmp_path, tiny_world, tiny_model_options):
     import lavis.tasks as tasks
 
-    stored_only = _run_config(tmp_path, tiny_world, {
+    stored_only = write_run_config({
         "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"])}, rerank=True)
     cfg = prepare_config(stored_only, tiny_model_options, train=tiny_world["train"],
                          image_embeddings=tiny_world["image_embeddings"])
     with pytest.raises(ValueError, match="run.rerank needs the images of retrieval_jsonl"):
         tasks.setup_task(cfg).build_datasets(cfg)  # at build time, not after training
 
-    path = _run_config(tmp_path, tiny_world, {})
+    path = write_run_config()
     cfg = prepare_config(path, tiny_model_options, image_embeddings=tiny_world["image_embeddings"])
     with pytest.raises(RecipeError, match=r"datasets\.vlr_paragraph\.build_info\.annotations\.train\.storage"):
         tasks.setup_task(cfg).build_datasets(cfg)
@@ -220,14 +210,14 @@ def test_launcher_resolves_shipped_configs_and_refuses_cpu_clearly(tmp_path, tin
     assert "needs CUDA" in proc.stderr and "torch.cuda.Stream" in proc.stderr
 
 
-def test_eval_mode_drops_unset_training_data_and_needs_test_splits(tmp_path, tiny_world, tiny_model_options):
+def test_eval_mode_drops_unset_training_data_and_needs_test_splits(write_run_config, tmp_path, tiny_world, tiny_model_options):
     import lavis.tasks as tasks
 
     from vlr_plugins.errors import UserError
 
     with pytest.raises(UserError, match="test_splits is empty"):
         prepare_config("lavis/c5", [], evaluate=True)
-    path = _run_config(tmp_path, tiny_world, {
+    path = write_run_config({
         "vlr_retrieval": _bench(tiny_world["eval_long"], tiny_world["image_embeddings"])})
     cfg = prepare_config(path, tiny_model_options, evaluate=True)  # no --train: nothing to train on
     assert "vlr_paragraph" not in cfg.datasets_cfg and cfg.run_cfg.evaluate is True
