@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _gloo import run_on_ranks
 
 from vlr_plugins.losses import multi_positive_infonce
 from vlr_plugins.losses._gather import gather_owners, gather_rows_with_grad, should_gather
@@ -66,29 +63,19 @@ def _loss_and_grads(local: dict[str, torch.Tensor], variant: str, scope: str,
             **{k: v.grad for k, v in leaves.items()}}
 
 
-def _worker(rank: int, init_file: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
-    try:
-        local = _make_ranks()[rank]
-        results = {_key(*case): _loss_and_grads(local, *case) for case in CASES}
-        results["local_only"] = _loss_and_grads(local, "mean_log", "batch", False)
-        owner, offsets = gather_owners(local["text_owner"], local["image"].shape[0])
-        results["gathered"] = {"owner": owner, "offsets": offsets,
-                               "text": gather_rows_with_grad(local["text"]).detach()}
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-        # a rank that tears down its gloo pairs while the other still talks to it
-        # can abort the other process
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _rank_results(rank: int) -> dict:
+    local = _make_ranks()[rank]
+    results = {_key(*case): _loss_and_grads(local, *case) for case in CASES}
+    results["local_only"] = _loss_and_grads(local, "mean_log", "batch", False)
+    owner, offsets = gather_owners(local["text_owner"], local["image"].shape[0])
+    results["gathered"] = {"owner": owner, "offsets": offsets,
+                           "text": gather_rows_with_grad(local["text"]).detach()}
+    return results
 
 
 @pytest.mark.timeout(120)
 def test_two_processes_match_the_concatenated_batch(tmp_path):
-    mp.spawn(_worker, args=(str(tmp_path / "pg_init"), str(tmp_path)), nprocs=WORLD_SIZE,
-             join=True)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]
+    results = run_on_ranks(_rank_results, WORLD_SIZE, tmp_path)
     ranks = _make_ranks()
 
     # the global batch: rank 1's owners shift by the 3 images of rank 0

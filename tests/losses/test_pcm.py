@@ -7,14 +7,11 @@ import doctest
 import importlib
 import json
 import warnings
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from _gloo import run_on_ranks
 
 from vlr_plugins.losses import (
     PrimaryComponentMatchingLoss,
@@ -294,28 +291,20 @@ def _loss_and_grads(local: tuple[torch.Tensor, ...], gather: bool | None) -> dic
             **{name: x.grad for name, x in zip(("image", "long", "short"), leaves)}}
 
 
-def _worker(rank: int, init_file: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
-    try:
-        local = _make_ranks()[rank]
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # the global batch is large enough
-            results = {"auto": _loss_and_grads(local, None), "on": _loss_and_grads(local, True)}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # each local batch alone is not
-            results["local_only"] = _loss_and_grads(local, False)
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _rank_results(rank: int) -> dict:
+    local = _make_ranks()[rank]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the global batch is large enough
+        results = {"auto": _loss_and_grads(local, None), "on": _loss_and_grads(local, True)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each local batch alone is not
+        results["local_only"] = _loss_and_grads(local, False)
+    return results
 
 
 @pytest.mark.timeout(120)
 def test_two_processes_match_the_concatenated_batch(tmp_path):
-    mp.spawn(_worker, args=(str(tmp_path / "pg_init"), str(tmp_path)), nprocs=WORLD_SIZE,
-             join=True)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]
+    results = run_on_ranks(_rank_results, WORLD_SIZE, tmp_path)
     ranks = _make_ranks()
     full = tuple(torch.cat(parts) for parts in zip(*ranks))
     single = _loss_and_grads(full, False)
