@@ -48,6 +48,7 @@ case "$cmd" in
   test) main_env; HF_HUB_OFFLINE=1 exec "$VENV/bin/python" -m pytest "$@" ;;
   test-lavis)
     lavis_env
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "$LVENV/bin/python" -m pytest tests/integrations/lavis "$@" ;;
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "$LVENV/bin/python" -m pytest tests/integrations/lavis \
+      tests/data/test_trainer_datasets.py "$@" ;;
   *) echo "usage: scripts/dev.sh demo|test|test-lavis [args...]" >&2; exit 2 ;;
 esac

@@ -218,10 +218,76 @@ def test_malformed_parquet_names_row_and_field(tmp_path):
 
 
 def test_unsupported_suffix(tmp_path):
-    path = tmp_path / "train.csv"
+    path = tmp_path / "train.txt"
     path.write_text("id,caption\n1,x\n")
-    with pytest.raises(ValueError, match=r"\.jsonl, \.json or \.parquet"):
+    with pytest.raises(ValueError, match=r"\.jsonl, \.json, \.parquet, \.csv, \.tsv"):
         read_paragraph_samples(path)
+
+
+def test_csv_and_tsv_read_like_jsonl(tmp_path):
+    import csv
+
+    jsonl = read_paragraph_samples(_write_jsonl(tmp_path / "train.jsonl", RECORDS))
+    for name, sep in (("train.csv", ","), ("train.tsv", "\t")):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, delimiter=sep)
+            writer.writerow(["id", "caption", "positives", "hard_negatives", "paragraph"])
+            for r in RECORDS:
+                # list fields as JSON lists, missing values as empty cells
+                writer.writerow([r["id"], r["caption"], json.dumps(r["positives"]) if r["positives"] else "",
+                                 json.dumps(r["hard_negatives"]) if r["hard_negatives"] else "",
+                                 r["paragraph"] or ""])
+        table = read_paragraph_samples(tmp_path / name)
+        assert table == [ParagraphSample(s.id, s.caption, s.positives, s.hard_negatives, s.paragraph)
+                         for s in jsonl]
+
+
+def test_a_csv_list_cell_may_hold_one_plain_text_and_bad_json_is_named(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('id,caption,positives\na,x,a plain text\nb,y,"[""one"", ""two""]"\n')
+    a, b = read_paragraph_samples(path)
+    assert a.positives == ("a plain text",) and b.positives == ("one", "two")
+    path.write_text('id,caption,positives\na,x,"[""one"", oops]"\n')
+    with pytest.raises(DataFormatError, match=r"t.csv, line 2, field 'positives': expected a JSON list"):
+        read_paragraph_samples(path)
+
+
+def test_tables_without_ids_number_their_rows_and_need_their_columns(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_text("filepath\ttitle\na.png\tfirst\nb.png\tsecond\n")
+    samples = read_paragraph_samples(path, caption_key="title", media_key="filepath")
+    assert [(s.id, s.caption, s.media) for s in samples] == [
+        ("0", "first", str(tmp_path / "a.png")), ("1", "second", str(tmp_path / "b.png"))]
+    with pytest.raises(DataFormatError, match=r"t.tsv, field 'image': no column 'image'"):
+        read_paragraph_samples(path, caption_key="title", media_key="image")
+
+
+def test_media_paths_are_resolved_and_required_when_asked_for(tmp_path):
+    records = [{**RECORDS[0], "image": "imgs/a.jpg"}, {**RECORDS[1], "image": "/abs/b.jpg"}]
+    path = _write_jsonl(tmp_path / "train.jsonl", records)
+    a, b = read_paragraph_samples(path, media_key="image")
+    assert (a.media, b.media) == (str(tmp_path / "imgs/a.jpg"), "/abs/b.jpg")
+    (c, _) = read_paragraph_samples(path, media_key="image", media_root="/data")
+    assert c.media == "/data/imgs/a.jpg"
+    assert read_paragraph_samples(path)[0].media is None  # not asked for: not read
+    _write_jsonl(path, [records[0], RECORDS[2]])
+    with pytest.raises(DataFormatError, match=r"train.jsonl, line 2, field 'image': expected the path"):
+        read_paragraph_samples(path, media_key="image")
+    # written back, the media path survives a round trip under the key "media"
+    out = write_paragraph_samples([a], tmp_path / "out.jsonl")
+    assert read_paragraph_samples(out, media_key="media") == [a]
+
+
+def test_one_record_from_another_source_follows_the_same_rules():
+    from vlr_plugins.data import sample_from_record
+
+    raw = {"id": "k1", "caption": "a cat", "positives": ["a small cat"]}
+    assert sample_from_record(raw, "shard-0.tar#k1", kind="sample") == ParagraphSample(
+        "k1", "a cat", ("a small cat",))
+    with pytest.raises(DataFormatError, match=r"^shard-0.tar#k1, field 'positives': expected a list"):
+        sample_from_record({**raw, "positives": "a small cat"}, "shard-0.tar#k1", kind="sample")
+    with pytest.raises(DataFormatError, match=r"^shard-0.tar#k1: expected a JSON object, found list"):
+        sample_from_record([raw], "shard-0.tar#k1", kind="sample")
 
 
 def test_missing_embeddings_error_lists_count_and_first_ids():

@@ -126,3 +126,39 @@ def test_seeded_fraction_keeps_a_reproducible_ordered_subset():
     assert seeded_fraction(items, 1.0, seed=3) == items and len(seeded_fraction(items, 0.001, 0)) == 1
     with pytest.raises(ValueError, match="fraction"):
         seeded_fraction(items, 0.0, 0)
+
+
+def test_a_candidate_set_pools_its_fields_and_names_the_draws():
+    # MVC's summary view: one caption drawn uniformly from the pooled candidate fields
+    view = TextView(("caption", "paragraph"), 77, take="random", count=1, name="summary")
+    assert view.fields == ("caption", "paragraph") and view.label == "caption|paragraph"
+    assert view.texts_of(SAMPLE) == (SAMPLE.caption, SAMPLE.paragraph)
+    rng = random.Random(0)
+    draws = [draw_texts(SAMPLE, [view], rng) for _ in range(400)]
+    assert all(len(d) == 1 and d[0].view == "summary" and d[0].max_tokens == 77 for d in draws)
+    share = sum(d[0].text == SAMPLE.caption for d in draws) / len(draws)
+    assert 0.42 < share < 0.58  # uniform over the two candidates (4 sigma at n = 400: +-0.1)
+    # a sample without a paragraph still has one candidate; with take all every text is kept
+    without = ParagraphSample(id="x", caption="c")
+    assert [d.text for d in draw_texts(without, [view], rng)] == ["c"]
+    every = TextView(["caption", "positives"], 77)  # a list from YAML becomes a tuple
+    assert every.field == ("caption", "positives")
+    assert [d.text for d in draw_texts(SAMPLE, [every], rng)] == [SAMPLE.caption, *POSITIVES]
+    assert all(d.view is None for d in draw_texts(SAMPLE, [every], rng))
+
+
+def test_check_names_a_candidate_set_by_its_fields():
+    view = TextView(("paragraph", "hard_negatives"), 77, take="random", count=1)
+    check_samples_have_views([SAMPLE], [view], "t.jsonl")
+    bare = ParagraphSample(id="b", caption="c")
+    with pytest.raises(DataFormatError, match=r"t.jsonl, record 1, field 'paragraph\|hard_negatives'"):
+        check_samples_have_views([bare], [view], "t.jsonl")
+
+
+def test_views_bound_the_positives_per_sample():
+    from vlr_plugins.data import TextViews
+
+    assert TextViews((TextView("caption", 77), TextView("paragraph", 128))).max_positives == 2
+    assert TextViews((TextView(("caption", "paragraph"), 77),)).max_positives == 2
+    assert TextViews((TextView(("caption", "positives"), 77, "random", 1),)).max_positives == 1
+    assert TextViews((TextView("positives", 77),)).max_positives is None

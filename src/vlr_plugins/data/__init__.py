@@ -1,9 +1,11 @@
-"""Training data for paragraph supervision: samples with their texts, and cached image embeddings.
+"""Training data: samples with their texts, text views, media sources (stored embeddings,
+image files) and the one text-views dataset every trainer adapts.
 
 Importing this package needs only torch and the standard library; safetensors,
 pyarrow, PIL and transformers are imported by the functions that use them.
 """
 
+from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter
 from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
 from vlr_plugins.data.precompute import (
@@ -12,21 +14,42 @@ from vlr_plugins.data.precompute import (
     load_encoder,
     precompute_image_embeddings,
 )
+from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.data.sample import (
+    SAMPLE_SUFFIXES,
     TEXT_FIELDS,
     ParagraphSample,
     read_paragraph_samples,
+    sample_from_record,
     write_paragraph_samples,
 )
 from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
-from vlr_plugins.data.text_views import DrawnText, check_samples_have_views, draw_texts
+from vlr_plugins.data.text_views import (
+    DrawnText,
+    TextView,
+    TextViews,
+    check_samples_have_views,
+    draw_texts,
+)
 
 __all__ = [
     "ParagraphSample",
+    "SAMPLE_SUFFIXES",
     "TEXT_FIELDS",
     "read_paragraph_samples",
+    "sample_from_record",
     "write_paragraph_samples",
+    "TextView",
+    "TextViews",
+    "TextViewsDataset",
+    "TextViewsItem",
+    "concat_owned",
+    "draw_item",
+    "owner_index",
+    "MediaSource",
+    "StoredEmbeddings",
+    "ImageFiles",
     "EmbeddingStore",
     "EmbeddingStoreWriter",
     "DataFormatError",

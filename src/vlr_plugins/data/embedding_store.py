@@ -28,7 +28,7 @@ import torch
 
 from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError, _type_name
 
-__all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "LazyStoreMixin", "STORE_FORMAT", "STORE_VERSION"]
+__all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "STORE_FORMAT", "STORE_VERSION"]
 
 STORE_FORMAT = "vlr-embedding-store"
 STORE_VERSION = 1
@@ -456,20 +456,3 @@ class EmbeddingStore:
         state = self.__dict__.copy()
         state["_handles"] = {}  # safetensors handles do not pickle; workers reopen lazily
         return state
-
-
-class LazyStoreMixin:
-    """For datasets: ``self.store`` opens ``self.image_embeddings`` on first use, and a
-    pickled copy (a data-loader worker) opens its own, never sharing file handles."""
-
-    image_embeddings: str | None
-    _store: EmbeddingStore | None = None
-
-    @property
-    def store(self) -> EmbeddingStore:
-        if self._store is None:
-            self._store = EmbeddingStore(self.image_embeddings)
-        return self._store
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}

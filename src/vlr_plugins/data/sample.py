@@ -14,7 +14,14 @@ from vlr_plugins._io import atomic_open
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
-__all__ = ["ParagraphSample", "TEXT_FIELDS", "read_paragraph_samples", "write_paragraph_samples"]
+__all__ = [
+    "ParagraphSample",
+    "SAMPLE_SUFFIXES",
+    "TEXT_FIELDS",
+    "read_paragraph_samples",
+    "sample_from_record",
+    "write_paragraph_samples",
+]
 
 #: The text fields a recipe may name, and whether each holds one text or many.
 TEXT_FIELDS: dict[str, str] = {
@@ -26,6 +33,9 @@ TEXT_FIELDS: dict[str, str] = {
 
 _JSONL_SUFFIXES = (".jsonl", ".json")
 _PARQUET_SUFFIXES = (".parquet",)
+_TABLE_SUFFIXES = (".csv", ".tsv")
+#: the file suffixes :func:`read_paragraph_samples` reads
+SAMPLE_SUFFIXES = (*_JSONL_SUFFIXES, *_PARQUET_SUFFIXES, *_TABLE_SUFFIXES)
 _SCORE_RANGE = (0.0, 10.0)
 
 
@@ -40,6 +50,8 @@ class ParagraphSample:
         hard_negatives: similar-sounding captions that do not (paper: 5).
         paragraph: a 3-6 sentence description, or ``None``.
         score: the judge's 0-10 faithfulness score of the paragraph, or ``None``.
+        media: the path of the image (or video), when the reader was asked for it
+            (``media_key``); samples trained against stored embeddings need none.
 
     Lists given for ``positives`` / ``hard_negatives`` are stored as tuples so that
     samples stay hashable.
@@ -51,6 +63,7 @@ class ParagraphSample:
     hard_negatives: tuple[str, ...] = ()
     paragraph: str | None = None
     score: float | None = None
+    media: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("positives", "hard_negatives"):
@@ -75,7 +88,7 @@ class ParagraphSample:
 class _Record:
     """Validates the fields of one raw record, raising errors that point at it."""
 
-    def __init__(self, raw: dict[str, Any], path: str | os.PathLike[str], record: int, kind: str):
+    def __init__(self, raw: dict[str, Any], path: str | os.PathLike[str], record: int | None, kind: str):
         self.raw, self.path, self.record, self.kind = raw, path, record, kind
 
     def error(self, field: str | None, problem: str) -> DataFormatError:
@@ -134,7 +147,15 @@ class _Record:
             raise self.error("score", f"expected a number between {lo:g} and {hi:g}, found {value}")
         return float(value)
 
-    def sample(self) -> ParagraphSample:
+    def media(self, key: str, root: Path) -> str:
+        value = self.raw.get(key)
+        if not isinstance(value, str) or not value.strip():
+            found = "nothing" if value is None else f"{_type_name(value)} {value!r}"
+            raise self.error(key, f"expected the path of the sample's image or video, found {found}")
+        p = Path(value)
+        return str(p if p.is_absolute() else root / p)
+
+    def sample(self, media_key: str | None = None, media_root: Path | None = None) -> ParagraphSample:
         return ParagraphSample(
             id=self.id(),
             caption=self.one_text("caption", required=True),  # type: ignore[arg-type]
@@ -142,7 +163,28 @@ class _Record:
             hard_negatives=self.many_texts("hard_negatives"),
             paragraph=self.one_text("paragraph", required=False),
             score=self.score(),
+            media=self.media(media_key, media_root or Path(".")) if media_key else None,
         )
+
+
+def sample_from_record(
+    raw: Any,
+    path: str | os.PathLike[str],
+    record: int | None = None,
+    *,
+    kind: str = "line",
+    media_key: str | None = None,
+    media_root: str | os.PathLike[str] | None = None,
+) -> ParagraphSample:
+    """One :class:`ParagraphSample` from a raw mapping, under the rules of
+    :func:`read_paragraph_samples`; errors name ``path``, ``record`` (a ``kind``: line,
+    row, sample...) and the field. For record sources other than files (a webdataset
+    sample's ``.json``)."""
+    if not isinstance(raw, dict):
+        raise DataFormatError(path, f"expected a JSON object, found {_type_name(raw)}",
+                              record=record, record_kind=kind)
+    root = Path(media_root) if media_root is not None else Path(path).parent
+    return _Record(raw, path, record, kind).sample(media_key, root)
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
@@ -162,7 +204,13 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 ) from None
 
 
-def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
+def _require_columns(path: Path, columns: list[str], needed: Iterable[str], extra: str = "") -> None:
+    for column in needed:
+        if column not in columns:
+            raise DataFormatError(path, f"no column {column!r}; columns: {columns}{extra}", field=column)
+
+
+def _parquet_records(path: Path, needed: Iterable[str]) -> Iterator[tuple[int, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -170,6 +218,7 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise DataFormatError(path, f"not a readable Parquet file: {e}") from e
+    _require_columns(path, pf.schema_arrow.names, needed)
     row = 0
     for batch in pf.iter_batches(batch_size=8192):
         for raw in batch.to_pylist():
@@ -177,11 +226,53 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
             row += 1
 
 
-def read_paragraph_samples(path: str | os.PathLike[str]) -> list[ParagraphSample]:
-    """Read and validate paragraph-supervision samples from JSON Lines or Parquet.
+def _table_cell(field: str, value: str) -> Any:
+    """A CSV/TSV cell as the record value: a list field holds a JSON list, or one text."""
+    if TEXT_FIELDS.get(field) != "many":
+        return value
+    if not value.lstrip().startswith("["):
+        return [value]
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"expected a JSON list of strings: {e.msg}") from None
+
+
+def _table_records(path: Path, separator: str, needed: Iterable[str]) -> Iterator[tuple[int, Any]]:
+    """CSV / TSV rows (open_clip's layout): a header line, empty cells are missing values,
+    list fields as JSON lists; without an ``id`` column the 0-based row number is the id."""
+    import csv
+
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f, delimiter=separator)
+        _require_columns(path, list(reader.fieldnames or []), needed, f" (separator {separator!r})")
+        for row, cells in enumerate(reader):
+            raw: dict[str, Any] = {"id": str(row)}
+            for key, value in cells.items():
+                if key is None or value is None or value == "":
+                    continue
+                try:
+                    raw[key] = _table_cell(key, value)
+                except ValueError as e:
+                    raise DataFormatError(path, str(e), record=reader.line_num, field=key) from None
+            yield reader.line_num, raw
+
+
+def read_paragraph_samples(
+    path: str | os.PathLike[str],
+    *,
+    media_key: str | None = None,
+    media_root: str | os.PathLike[str] | None = None,
+    caption_key: str = "caption",
+    separator: str | None = None,
+) -> list[ParagraphSample]:
+    """Read and validate paragraph-supervision samples from JSON Lines, Parquet or CSV/TSV.
 
     Expects ``.jsonl`` / ``.json`` (JSON Lines: one object per line; blank lines are
-    skipped) or ``.parquet`` (one row per sample), each record holding
+    skipped), ``.parquet`` (one row per sample) or ``.csv`` / ``.tsv`` (open_clip's
+    layout: a header line; ``separator`` defaults to a comma for ``.csv`` and a tab for
+    ``.tsv``; list fields as JSON lists; without an ``id`` column the 0-based row number
+    is the id), each record holding
 
     ==================  ===========================  =====================
     key                 type                         if missing or null
@@ -194,8 +285,12 @@ def read_paragraph_samples(path: str | os.PathLike[str]) -> list[ParagraphSample
     ``score``           number in [0, 10]            ``None``
     ==================  ===========================  =====================
 
-    Other keys are ignored, since real corpora carry extra metadata (urls, licences,
-    generator versions). Integer ids become strings, so that they match the ids of an
+    ``caption_key`` names the key holding the caption (open_clip's ``--csv-caption-key``).
+    With ``media_key`` (e.g. ``"image"``), every record must also give the path of its
+    image or video under that key; relative paths are taken from ``media_root`` (default:
+    the file's folder) and land in ``ParagraphSample.media``. Other keys are ignored,
+    since real corpora carry extra metadata (urls, licences, generator versions). Integer
+    ids become strings, so that they match the ids of an
     :class:`~vlr_plugins.data.EmbeddingStore`. Every record is validated before
     anything is returned; the first problem raises :class:`DataFormatError` naming
     the file, the line (1-based) or Parquet row (0-based), and the field. A repeated
@@ -205,7 +300,8 @@ def read_paragraph_samples(path: str | os.PathLike[str]) -> list[ParagraphSample
     positives, five hard negatives, one judge-scored paragraph).
 
     Relations: :func:`write_paragraph_samples` writes the JSON Lines form; the ids
-    index the store written by :func:`~vlr_plugins.data.precompute_image_embeddings`.
+    index the store written by :func:`~vlr_plugins.data.precompute_image_embeddings`;
+    :func:`sample_from_record` applies the same rules to one mapping.
 
     Example::
 
@@ -215,28 +311,30 @@ def read_paragraph_samples(path: str | os.PathLike[str]) -> list[ParagraphSample
     """
     path = Path(path)
     suffix = path.suffix.lower()
+    needed = [k for k in (caption_key, media_key) if k]
     if suffix in _JSONL_SUFFIXES:
         records, kind = _jsonl_records(path), "line"
     elif suffix in _PARQUET_SUFFIXES:
-        records, kind = _parquet_records(path), "row"
+        records, kind = _parquet_records(path, needed), "row"
+    elif suffix in _TABLE_SUFFIXES:
+        sep = separator or ("\t" if suffix == ".tsv" else ",")
+        records, kind = _table_records(path, sep, needed), "line"
     else:
         raise ValueError(
-            f"cannot read paragraph samples from {path}: expected a .jsonl, .json or .parquet "
-            f"file, found suffix {path.suffix or '(none)'!r}"
+            f"cannot read paragraph samples from {path}: expected one of "
+            f"{', '.join(SAMPLE_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
         )
+    root = Path(media_root) if media_root is not None else path.parent
     samples: list[ParagraphSample] = []
     first_seen: dict[str, int] = {}
     for record, raw in records:
-        if not isinstance(raw, dict):
-            raise DataFormatError(
-                path, f"expected a JSON object, found {_type_name(raw)}", record=record,
-                record_kind=kind,
-            )
-        parsed = _Record(raw, path, record, kind)
-        sample = parsed.sample()
+        if isinstance(raw, dict) and caption_key != "caption":
+            raw = {**raw, "caption": raw.get(caption_key)}
+        sample = sample_from_record(raw, path, record, kind=kind, media_key=media_key, media_root=root)
         if sample.id in first_seen:
-            raise parsed.error(
-                "id", f"duplicate id {sample.id!r}, first seen on {kind} {first_seen[sample.id]}"
+            raise DataFormatError(
+                path, f"duplicate id {sample.id!r}, first seen on {kind} {first_seen[sample.id]}",
+                record=record, field="id", record_kind=kind,
             )
         first_seen[sample.id] = record
         samples.append(sample)
@@ -270,5 +368,7 @@ def write_paragraph_samples(
                 "paragraph": s.paragraph,
                 "score": s.score,
             }
+            if s.media is not None:
+                record["media"] = s.media
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path

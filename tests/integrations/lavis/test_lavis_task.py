@@ -191,7 +191,8 @@ def test_missing_files_and_loss_view_mismatch_are_named(write_run_config, tmp_pa
         tasks.setup_task(cfg).build_datasets(cfg)
     cfg = prepare_config(path, [*tiny_model_options, "model.loss.type=InfoNCELoss"], train=tiny_world["train"],
                          image_embeddings=tiny_world["image_embeddings"])
-    with pytest.raises(RecipeError, match="exactly one positive"):
+    with pytest.raises(RecipeError, match=r"datasets\.vlr_paragraph\.text_views\.positives: InfoNCELoss "
+                                          r"expects exactly one positive"):
         tasks.setup_task(cfg).build_datasets(cfg)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 pytest.importorskip("open_clip_train")
 import open_clip  # noqa: E402
 
-from vlr_plugins.data import DataFormatError  # noqa: E402
+from vlr_plugins.data import DataFormatError, draw_item  # noqa: E402
 from vlr_plugins.integrations.open_clip import (  # noqa: E402
     SampleTokenizer,
     TextViewsImageDataset,
@@ -27,16 +28,17 @@ TOKENIZER = open_clip.get_tokenizer(
 
 def test_jsonl_and_csv_give_samples_with_image_paths(tiny_data):
     jsonl = read_image_text_samples(tiny_data["jsonl"])
-    assert len(jsonl) == 8 and all(p.is_file() for _, p in jsonl)
-    sample, path = jsonl[1]
+    assert len(jsonl) == 8 and all(Path(s.media).is_file() for s in jsonl)
+    sample = jsonl[1]
     assert (
         sample.id == "img1"
         and sample.caption == "a green square"
         and len(sample.hard_negatives) == 2
+        and sample.media == str(Path(tiny_data["root"]) / "images/1.png")
     )
     csv = read_image_text_samples(tiny_data["csv"], image_key="filepath", caption_key="title")
-    assert [s.caption for s, _ in csv] == [s.caption for s, _ in jsonl]
-    assert [p for _, p in csv] == [p for _, p in jsonl] and csv[0][0].id == "0"
+    assert [s.caption for s in csv] == [s.caption for s in jsonl]
+    assert [s.media for s in csv] == [s.media for s in jsonl] and csv[0].id == "0"
 
 
 def test_reading_errors_name_the_file_line_and_field(tmp_path):
@@ -54,7 +56,7 @@ def test_reading_errors_name_the_file_line_and_field(tmp_path):
 
 
 def test_views_draw_texts_at_their_budget_padded_to_the_context(tiny_data):
-    sample = read_image_text_samples(tiny_data["jsonl"])[0][0]
+    sample = read_image_text_samples(tiny_data["jsonl"])[0]
     views = TextViews(
         positives=(
             TextView("caption", 77),
@@ -63,7 +65,7 @@ def test_views_draw_texts_at_their_budget_padded_to_the_context(tiny_data):
         ),
         negatives=(TextView("hard_negatives", 77),),
     )
-    item = SampleTokenizer(TOKENIZER, 77, views)(sample, random.Random(0))
+    item = SampleTokenizer(TOKENIZER, 77, views)(draw_item(sample, views, random.Random(0)))
     assert item.positives.shape == (3, 77) and item.negatives.shape == (2, 77)
     paragraph = item.positives[1]
     assert paragraph[7] == TOKENIZER.eot_token_id and not paragraph[8:].any(), (
@@ -73,16 +75,13 @@ def test_views_draw_texts_at_their_budget_padded_to_the_context(tiny_data):
 
 
 def test_short_captions_are_the_first_sentence_or_a_field(tiny_data):
-    sample = read_image_text_samples(tiny_data["jsonl"])[0][0]
+    sample = read_image_text_samples(tiny_data["jsonl"])[0]
     assert first_sentence(sample.paragraph) == "A red square fills the picture"
     long_view = TextViews((TextView("paragraph", 77),))
-    item = SampleTokenizer(TOKENIZER, 77, long_view, short="first-sentence")(
-        sample, random.Random(0)
-    )
+    drawn = draw_item(sample, long_view, random.Random(0))
+    item = SampleTokenizer(TOKENIZER, 77, long_view, short="first-sentence")(drawn)
     torch.testing.assert_close(item.short, TOKENIZER(["A red square fills the picture"])[0])
-    item = SampleTokenizer(TOKENIZER, 77, long_view, short="field:caption")(
-        sample, random.Random(0)
-    )
+    item = SampleTokenizer(TOKENIZER, 77, long_view, short="field:caption")(drawn)
     torch.testing.assert_close(item.short, TOKENIZER(["a red square"])[0])
 
 

@@ -30,10 +30,11 @@ from lavis.processors.blip_processors import BlipCaptionProcessor
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
-from vlr_plugins.data.embedding_store import EmbeddingStore, LazyStoreMixin
+from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned
+from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.media import StoredEmbeddings
 from vlr_plugins.data.retrieval_set import RetrievalSet
 from vlr_plugins.data.sample import read_paragraph_samples
-from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.integrations.lavis.model import CONFIG_DIR
 from vlr_plugins.recipe import RecipeError, TextViews, build_text_views
@@ -98,40 +99,38 @@ class _Builder(BaseDatasetBuilder):
 # --------------------------------------------------------------------------- training
 
 
-class VlrParagraphDataset(LazyStoreMixin, Dataset):
+class _LavisTexts:
+    """``TextViewsItem`` -> LAVIS' sample dict: ``image_emb``, ``image_id`` and each text through
+    LAVIS' text processor, with its budget (``text_input`` / ``text_max_len``, ``neg_*``)."""
+
+    def __init__(self, text_processor=None) -> None:
+        self.text_processor = text_processor
+
+    def __call__(self, item: TextViewsItem) -> dict[str, Any]:
+        process = self.text_processor or (lambda t: t)
+        return {
+            "image_emb": item.media,
+            "image_id": item.index,
+            "id": item.id,
+            "text_input": [process(d.text) for d in item.positives],
+            "text_max_len": [d.max_tokens for d in item.positives],
+            "neg_input": [process(d.text) for d in item.negatives],
+            "neg_max_len": [d.max_tokens for d in item.negatives],
+        }
+
+
+class VlrParagraphDataset(TextViewsDataset):
     """Training samples -> ``image_emb`` + the texts of the recipe's views with their budgets.
 
-    Random views are redrawn at every step, reproducibly for a seed (as under MMEngine
-    and open_clip: the same draw source).
+    :class:`~vlr_plugins.data.TextViewsDataset` (checks, data fraction, per-step draws, as
+    under MMEngine and open_clip) over stored image embeddings, shaped for LAVIS' runner.
     """
 
     def __init__(self, ann_file: str, image_embeddings: str, views: TextViews, text_processor=None,
                  fraction: float = 1.0, seed: int = 0) -> None:
-        self.ann_file, self.image_embeddings, self.views = ann_file, image_embeddings, views
-        self.text_processor = text_processor or (lambda t: t)
-        samples = read_paragraph_samples(ann_file)
-        check_samples_have_views(samples, (*views.positives, *views.negatives), ann_file)
-        self.samples = seeded_fraction(samples, fraction, seed)
-        self.store.check([s.id for s in self.samples])
-        self._view_draws = ViewDraws(seed)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        s = self.samples[index]
-        rng = self._view_draws.rng(index)
-        pos = draw_texts(s, self.views.positives, rng)
-        neg = draw_texts(s, self.views.negatives, rng)
-        return {
-            "image_emb": self.store.get([s.id])[0],
-            "image_id": index,
-            "id": s.id,
-            "text_input": [self.text_processor(d.text) for d in pos],
-            "text_max_len": [d.max_tokens for d in pos],
-            "neg_input": [self.text_processor(d.text) for d in neg],
-            "neg_max_len": [d.max_tokens for d in neg],
-        }
+        self.ann_file, self.image_embeddings = ann_file, image_embeddings
+        super().__init__(read_paragraph_samples(ann_file), views, StoredEmbeddings(image_embeddings),
+                         transform=_LavisTexts(text_processor), source=ann_file, fraction=fraction, seed=seed)
 
     @staticmethod
     def collater(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -140,13 +139,10 @@ class VlrParagraphDataset(LazyStoreMixin, Dataset):
                                "image_id": torch.tensor([s["image_id"] for s in samples]),
                                "id": [s["id"] for s in samples]}
         for kind, owner in (("text", "text_owner"), ("neg", "neg_owner")):
-            texts, budgets, owners = [], [], []
-            for row, s in enumerate(samples):
-                texts += s[f"{kind}_input"]
-                budgets += s[f"{kind}_max_len"]
-                owners += [row] * len(s[f"{kind}_input"])
-            out[f"{kind}_input"], out[f"{kind}_max_len"] = texts, budgets
-            out[owner] = torch.tensor(owners, dtype=torch.long)
+            pairs, out[owner] = concat_owned(
+                [list(zip(s[f"{kind}_input"], s[f"{kind}_max_len"])) for s in samples])
+            out[f"{kind}_input"] = [t for t, _ in pairs]
+            out[f"{kind}_max_len"] = [b for _, b in pairs]
         return out
 
 

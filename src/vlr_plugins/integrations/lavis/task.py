@@ -38,7 +38,7 @@ from vlr_plugins.integrations.lavis.datasets import (
     config_file,
 )
 from vlr_plugins.integrations.lavis.model import DEFAULT_LOSS
-from vlr_plugins.recipe import _check_loss
+from vlr_plugins.recipe import check_loss_against_views
 
 __all__ = ["VlrRetrievalTask", "lavis_metrics"]
 
@@ -114,7 +114,8 @@ class VlrRetrievalTask(RetrievalTask):
         for name, dcfg in cfg.datasets_cfg.items():
             builder = registry.get_builder_class(name)
             if builder is not None and issubclass(builder, VlrParagraphBuilder):
-                _check_loss(loss, builder(dcfg).views, config_file())
+                check_loss_against_views(loss, builder(dcfg).views, config_file(), loss_key="model.loss",
+                                         views_key=f"datasets.{name}.text_views")
 
     # ------------------------------------------------------------------ evaluation
 

@@ -1,24 +1,26 @@
-"""Datasets and the collate function of the text-only recipes, registered for MMEngine.
+"""The core datasets and the collate function of the text-only recipes, as MMEngine sees them.
 
-The logic lives in the core (``vlr_plugins.data``); this module only shapes items the
-way an MMEngine data loader and ``TextOnlyRetrievalModel`` expect them.
+The work lives in the core (:class:`vlr_plugins.data.TextViewsDataset`, the media
+sources, the owner indices); this module only declares them in the scope's registries
+with the constructor arguments a config gives, and shapes items the way an MMEngine
+data loader and ``TextOnlyRetrievalModel`` expect them.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
-from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned
+from vlr_plugins.data.media import StoredEmbeddings
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 from vlr_plugins.data.sample import read_paragraph_samples
-from vlr_plugins.data.text_views import ViewDraws, check_samples_have_views, draw_texts, seeded_fraction
+from vlr_plugins.data.text_views import TextView, TextViews
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
-from vlr_plugins.recipe import EvalSplit, TextView
+from vlr_plugins.recipe import EvalSplit
 from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["ParagraphTextViewsDataset", "RetrievalEvalDataset", "vlr_text_views_collate"]
@@ -28,86 +30,65 @@ def _as_views(views: Sequence[dict | TextView]) -> tuple[TextView, ...]:
     return tuple(v if isinstance(v, TextView) else TextView(**v) for v in views)
 
 
-class _Tokenizing:
-    """Loads the tokenizer lazily so the dataset pickles cheaply into workers."""
+class _TokenIds:
+    """Texts -> token ids at their budgets, with a tokenizer loaded on first use (so that
+    what holds it pickles cheaply into data-loader workers)."""
 
-    tokenizer_path: str
-    _tok: Any = None
+    def __init__(self, tokenizer_path: str) -> None:
+        self.tokenizer_path = tokenizer_path
+        self._tok: Any = None
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Any:
         if self._tok is None:
             from transformers import AutoTokenizer
 
             self._tok = AutoTokenizer.from_pretrained(self.tokenizer_path)
         return self._tok
 
-    def _token_ids(self, texts_and_budgets: Sequence[tuple[str, int]]) -> list[list[int]]:
-        return token_ids_at_budgets(self.tokenizer, [t for t, _ in texts_and_budgets],
-                                    [b for _, b in texts_and_budgets])
+    def __call__(self, texts: Sequence[str], budgets: Sequence[int]) -> list[list[int]]:
+        return token_ids_at_budgets(self.tokenizer, list(texts), list(budgets))
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_tok"] = None
-        state["_store_cache"] = {}
-        return state
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tok": None}
 
 
-class _StoreCache:
-    _store_cache: dict
+class _TrainItem:
+    """``TextViewsItem`` -> ``{"id", "image_emb", "pos", "neg"}`` (token ids per text)."""
 
-    def _store(self, path: str) -> EmbeddingStore:
-        if path not in self._store_cache:
-            self._store_cache[path] = EmbeddingStore(path)
-        return self._store_cache[path]
+    def __init__(self, tokenizer_path: str) -> None:
+        self.token_ids = _TokenIds(tokenizer_path)
+
+    def __call__(self, item: TextViewsItem) -> dict[str, Any]:
+        drawn = (*item.positives, *item.negatives)
+        ids = self.token_ids([d.text for d in drawn], [d.max_tokens for d in drawn])
+        n = len(item.positives)
+        return {"id": item.id, "image_emb": item.media, "pos": ids[:n], "neg": ids[n:]}
 
 
 @DATASETS.register_module()
-class ParagraphTextViewsDataset(_Tokenizing, _StoreCache, Dataset):
-    """Training samples (paper sec. 3.1) -> image embedding + the recipe's texts.
+class ParagraphTextViewsDataset(TextViewsDataset):
+    """Training samples (paper sec. 3.1) -> image embedding + the recipe's texts, tokenized.
 
-    ``ann_file``: JSON Lines / Parquet of samples; ``image_embeddings``: an embedding
-    store folder (``vlr precompute``); ``positives`` / ``negatives``: the recipe's text
-    views; ``tokenizer``: a tokenizer folder or Hub name. Every sample is checked at
-    construction against the views, and every id against the store (all missing ids
-    reported at once). Random views are redrawn at every step, reproducibly for a seed.
+    ``ann_file``: JSON Lines / Parquet / CSV of samples; ``image_embeddings``: an
+    embedding store folder (``vlr precompute``); ``positives`` / ``negatives``: the
+    recipe's text views; ``tokenizer``: a tokenizer folder or Hub name. Checks, data
+    fraction and per-step draws are :class:`~vlr_plugins.data.TextViewsDataset`'s.
     """
 
     def __init__(self, ann_file: str, image_embeddings: str, positives: Sequence[dict],
                  tokenizer: str, negatives: Sequence[dict] = (), fraction: float = 1.0,
                  seed: int = 0) -> None:
         self.ann_file, self.image_embeddings, self.tokenizer_path = ann_file, image_embeddings, tokenizer
-        self.positives, self.negatives = _as_views(positives), _as_views(negatives)
-        self.seed = seed
-        self._store_cache: dict = {}
-        samples = read_paragraph_samples(ann_file)
-        check_samples_have_views(samples, (*self.positives, *self.negatives), ann_file)
-        self.samples = seeded_fraction(samples, fraction, seed)
-        self._store(image_embeddings).check([s.id for s in self.samples])
-        self._view_draws = ViewDraws(seed)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def _rng(self, index: int) -> random.Random:
-        return self._view_draws.rng(index)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        s = self.samples[index]
-        rng = self._rng(index)
-        pos = draw_texts(s, self.positives, rng)
-        neg = draw_texts(s, self.negatives, rng)
-        ids = self._token_ids([(d.text, d.max_tokens) for d in (*pos, *neg)])
-        return {
-            "id": s.id,
-            "image_emb": self._store(self.image_embeddings).get([s.id])[0],
-            "pos": ids[: len(pos)],
-            "neg": ids[len(pos):],
-        }
+        super().__init__(
+            read_paragraph_samples(ann_file), TextViews(_as_views(positives), _as_views(negatives)),
+            StoredEmbeddings(image_embeddings), transform=_TrainItem(tokenizer), source=ann_file,
+            fraction=fraction, seed=seed,
+        )
 
 
 @DATASETS.register_module()
-class RetrievalEvalDataset(_Tokenizing, _StoreCache, Dataset):
+class RetrievalEvalDataset(Dataset):
     """Retrieval splits (``{id, texts}`` JSON Lines) as items for ``RetrievalRecallMetric``.
 
     ``splits``: list of ``dict(name, ann_file, max_tokens, image_embeddings=None)``;
@@ -115,29 +96,29 @@ class RetrievalEvalDataset(_Tokenizing, _StoreCache, Dataset):
     """
 
     def __init__(self, splits: Sequence[dict], tokenizer: str, image_embeddings: str | None = None) -> None:
-        self.tokenizer_path = tokenizer
-        self._store_cache = {}
-        self.items: list[tuple[EvalSplit, str, list[str]]] = []
+        self.token_ids = _TokenIds(tokenizer)
+        self.items: list[tuple[EvalSplit, StoredEmbeddings, str, list[str]]] = []
+        stores: dict[str, StoredEmbeddings] = {}
         for cfg in splits:
             split = cfg if isinstance(cfg, EvalSplit) else EvalSplit(**cfg)
-            store = split.image_embeddings or image_embeddings
-            if store is None:
+            path = split.image_embeddings or image_embeddings
+            if path is None:
                 raise ValueError(f"eval split {split.name!r} names no image_embeddings store")
-            split = EvalSplit(split.name, split.ann_file, split.max_tokens, store)
+            store = stores.setdefault(path, StoredEmbeddings(path))
             rs = read_retrieval_jsonl(split.ann_file, split.name)
-            self._store(store).check(list(rs.item_ids))
-            self.items += [(split, item_id, rs.texts_of(i)) for i, item_id in enumerate(rs.item_ids)]
+            store.store.check(list(rs.item_ids))
+            self.items += [(split, store, item_id, rs.texts_of(i)) for i, item_id in enumerate(rs.item_ids)]
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        split, item_id, texts = self.items[index]
+        split, store, item_id, texts = self.items[index]
         return {
             "id": item_id,
             "split": split.name,
-            "image_emb": self._store(split.image_embeddings).get([item_id])[0],
-            "pos": self._token_ids([(t, split.max_tokens) for t in texts]),
+            "image_emb": store.store.get([item_id])[0],
+            "pos": self.token_ids(texts, [split.max_tokens] * len(texts)),
             "neg": [],
         }
 
@@ -149,22 +130,15 @@ def vlr_text_views_collate(batch: Sequence[dict], pad_token_id: int = 0) -> dict
     Positives come first (``text_owner`` (N,) gives each one's image), then hard
     negatives (``neg_owner`` (M,)); ``input_ids`` / ``attention_mask`` are (N+M, L).
     """
-    texts: list[list[int]] = []
-    owner: list[int] = []
-    neg_owner: list[int] = []
-    for i, b in enumerate(batch):
-        texts += b["pos"]
-        owner += [i] * len(b["pos"])
-    for i, b in enumerate(batch):
-        texts += b["neg"]
-        neg_owner += [i] * len(b["neg"])
-    input_ids, attention_mask = pad_token_rows(texts, pad_token_id)
+    pos, owner = concat_owned([b["pos"] for b in batch])
+    neg, neg_owner = concat_owned([b["neg"] for b in batch])
+    input_ids, attention_mask = pad_token_rows(pos + neg, pad_token_id)
     out = {
         "image_emb": torch.stack([b["image_emb"] for b in batch]),
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "text_owner": torch.tensor(owner, dtype=torch.long),
-        "neg_owner": torch.tensor(neg_owner, dtype=torch.long),
+        "text_owner": owner,
+        "neg_owner": neg_owner,
         "ids": [b["id"] for b in batch],
     }
     if "split" in batch[0]:

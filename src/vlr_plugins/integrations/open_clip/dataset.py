@@ -1,36 +1,28 @@
 """Image + several texts per sample, for open_clip_train: JSON Lines, Parquet, CSV/TSV.
 
-Texts are read as :class:`~vlr_plugins.data.ParagraphSample` fields (``caption``,
-``positives``, ``hard_negatives``, ``paragraph``) and drawn by a recipe's text views
-(:func:`~vlr_plugins.data.draw_texts`); each view's ``max_tokens`` is its budget, padded
-to the model's context length. Batches are ``(images, TextBatch)``
-(:func:`~vlr_plugins.integrations.open_clip.text_batch.collate_text_batch`).
+Samples, views, checks, data fraction, per-step draws and media are the core's
+(:class:`~vlr_plugins.data.TextViewsDataset` with
+:class:`~vlr_plugins.data.StoredEmbeddings` or :class:`~vlr_plugins.data.ImageFiles`);
+this module tokenizes the drawn texts the open_clip way (each view's ``max_tokens`` is
+its budget, padded to the model's context length; optional short captions) and lays
+items out as ``(image, TextItem)`` for
+:func:`~vlr_plugins.integrations.open_clip.text_batch.collate_text_batch`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import random
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from vlr_plugins.data.embedding_store import LazyStoreMixin
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.data.sample import TEXT_FIELDS, ParagraphSample, read_paragraph_samples
-from vlr_plugins.data.text_views import (
-    ViewDraws,
-    check_samples_have_views,
-    draw_texts,
-    seeded_fraction,
-)
+from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem
+from vlr_plugins.data.media import ImageFiles, StoredEmbeddings
+from vlr_plugins.data.sample import SAMPLE_SUFFIXES, TEXT_FIELDS, ParagraphSample, read_paragraph_samples
 from vlr_plugins.integrations.open_clip.text_batch import TextItem, collate_text_batch
 from vlr_plugins.recipe import TextViews
 
@@ -43,7 +35,6 @@ __all__ = [
 ]
 
 _TABLE_SUFFIXES = (".csv", ".tsv")
-SAMPLE_SUFFIXES = (".jsonl", ".json", ".parquet", *_TABLE_SUFFIXES)
 
 
 def first_sentence(text: str) -> str:
@@ -53,7 +44,7 @@ def first_sentence(text: str) -> str:
 
 
 class SampleTokenizer:
-    """Draws a sample's texts by the text views and tokenizes them: ``(sample, rng) -> TextItem``.
+    """Tokenizes the texts the views drew for a sample: ``TextViewsItem -> TextItem``.
 
     ``tokenizer``: an open_clip tokenizer (``tokenizer(texts, context_length=n)`` ->
     ``(len(texts), n)``); each text is cut to its view's ``max_tokens`` and right-padded
@@ -108,70 +99,32 @@ class SampleTokenizer:
         rows = [self._tokens([d.text], d.max_tokens) for d in drawn]
         return torch.cat(rows) if rows else torch.empty(0, self.context_length, dtype=torch.long)
 
-    def __call__(self, sample: ParagraphSample, rng: random.Random) -> TextItem:
-        pos = draw_texts(sample, self.views.positives, rng)
-        neg = draw_texts(sample, self.views.negatives, rng)
-        item = TextItem(
-            sample.id, self._block(pos), self._block(neg) if self.views.negatives else None
-        )
+    def __call__(self, item: TextViewsItem) -> TextItem:
+        pos, neg = item.positives, item.negatives
+        out = TextItem(item.id, self._block(pos), self._block(neg) if self.views.negatives else None)
         if self.short == "first-sentence":
-            item.short = self._tokens([first_sentence(pos[0].text)], pos[0].max_tokens)[0]
+            out.short = self._tokens([first_sentence(pos[0].text)], pos[0].max_tokens)[0]
         elif self.short is not None:
-            texts = sample.texts(self.short.removeprefix("field:"))
+            texts = item.sample.texts(self.short.removeprefix("field:"))
             if not texts:
                 raise ValueError(
-                    f"sample {sample.id!r} has no {self.short} text for its short caption"
+                    f"sample {item.id!r} has no {self.short} text for its short caption"
                 )
-            item.short = self._tokens(texts[:1], pos[0].max_tokens)[0]
-        return item
+            out.short = self._tokens(texts[:1], pos[0].max_tokens)[0]
+        return out
+
+
+class _ImageAndTexts:
+    """The dataset's transform: ``TextViewsItem -> (image or embedding, TextItem)``."""
+
+    def __init__(self, texts: SampleTokenizer) -> None:
+        self.texts = texts
+
+    def __call__(self, item: TextViewsItem) -> tuple[Any, TextItem]:
+        return item.media, self.texts(item)
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def _record_sample(raw: dict[str, Any], path: str, record: int, kind: str) -> ParagraphSample:
-    """A ParagraphSample from a CSV row or a webdataset .json, validated like the JSONL reader."""
-
-    def bad(field: str, problem: str) -> DataFormatError:
-        return DataFormatError(path, problem, record=record, field=field, record_kind=kind)
-
-    values: dict[str, Any] = {}
-    for field, arity in TEXT_FIELDS.items():
-        value = raw.get(field)
-        if value is None or (isinstance(value, float) and math.isnan(value)):  # empty CSV cell
-            continue
-        if arity == "many":
-            if isinstance(value, str):
-                try:
-                    value = json.loads(value) if value.lstrip().startswith("[") else [value]
-                except json.JSONDecodeError as e:
-                    raise bad(field, f"expected a JSON list of strings: {e.msg}") from None
-            if not isinstance(value, list) or not all(
-                isinstance(t, str) and t.strip() for t in value
-            ):
-                raise bad(field, f"expected a list of non-empty strings, found {value!r}")
-        elif not isinstance(value, str) or not value.strip():
-            raise bad(field, f"expected a non-empty string, found {_type_name(value)} {value!r}")
-        values[field] = value
-    if "caption" not in values:
-        raise bad("caption", "missing; every sample needs a caption")
-    sample_id = raw.get("id")
-    if sample_id is None or (isinstance(sample_id, float) and math.isnan(sample_id)):
-        raise bad("id", "missing")
-    return ParagraphSample(id=str(sample_id), **values)
-
-
-def _resolve(image: Any, root: Path, path: str, record: int, kind: str, key: str) -> Path:
-    if not isinstance(image, str) or not image:
-        raise DataFormatError(
-            path,
-            f"expected an image path, found {_type_name(image)} {image!r}",
-            record=record,
-            field=key,
-            record_kind=kind,
-        )
-    p = Path(image)
-    return p if p.is_absolute() else root / p
 
 
 def read_image_text_samples(
@@ -181,92 +134,35 @@ def read_image_text_samples(
     caption_key: str = "caption",
     image_root: str | os.PathLike | None = None,
     separator: str = "\t",
-) -> list[tuple[ParagraphSample, Path]]:
-    """``(sample, image path)`` pairs from JSON Lines / Parquet or CSV / TSV.
-
-    JSON Lines and Parquet hold :func:`~vlr_plugins.data.read_paragraph_samples` records
-    plus the image path under ``image_key`` (default ``"image"``). CSV / TSV (open_clip's
-    layout; ``separator``) have the image under ``image_key`` (default ``"filepath"``),
-    the caption under ``caption_key``, optional ``id`` (default: the row number),
-    ``paragraph``, and ``positives`` / ``hard_negatives`` as JSON lists. Relative image
-    paths are taken from ``image_root``, by default the file's folder.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    root = Path(image_root) if image_root is not None else path.parent
-    if suffix in _TABLE_SUFFIXES:
-        import pandas as pd
-
-        key = image_key or "filepath"
-        frame = pd.read_csv(path, sep=separator, dtype=str, keep_default_na=False, na_values=[""])
-        for column in (key, caption_key):
-            if column not in frame.columns:
-                raise DataFormatError(
-                    path,
-                    f"no column {column!r}; columns: {list(frame.columns)} "
-                    f"(separator {separator!r})",
-                    field=column,
-                )
-        out, first_seen = [], {}
-        for row, raw in enumerate(frame.to_dict("records"), start=2):  # line 1 is the header
-            raw = {k: v for k, v in raw.items() if not (isinstance(v, float) and math.isnan(v))}
-            raw["caption"] = raw.pop(caption_key, None)
-            raw.setdefault("id", str(row - 2))
-            sample = _record_sample(raw, str(path), row, "line")
-            if sample.id in first_seen:
-                raise DataFormatError(
-                    path,
-                    f"duplicate id {sample.id!r}, first seen on line {first_seen[sample.id]}",
-                    record=row,
-                    field="id",
-                )
-            first_seen[sample.id] = row
-            out.append((sample, _resolve(raw.get(key), root, str(path), row, "line", key)))
-        return out
-    if suffix not in SAMPLE_SUFFIXES:
-        raise ValueError(
-            f"cannot read image-text samples from {path}: expected one of "
-            f"{', '.join(SAMPLE_SUFFIXES)}, found {path.suffix or '(none)'!r}"
-        )
-    key = image_key or "image"
-    samples = read_paragraph_samples(path)
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        names = pq.ParquetFile(path).schema_arrow.names
-        if key not in names:
-            raise DataFormatError(path, f"no column {key!r}; columns: {names}", field=key)
-        images = pq.read_table(path, columns=[key]).column(key).to_pylist()
-        places = [(i, "row") for i in range(len(images))]
-    else:
-        images, places = [], []
-        with open(path, encoding="utf-8-sig") as f:
-            for line_no, line in enumerate(f, start=1):
-                if line.strip():  # the records read_paragraph_samples returned, in order
-                    images.append(json.loads(line).get(key))
-                    places.append((line_no, "line"))
-    return [
-        (s, _resolve(image, root, str(path), where, kind, key))
-        for s, image, (where, kind) in zip(samples, images, places)
-    ]
+) -> list[ParagraphSample]:
+    """Samples with their image paths (``sample.media``) from JSON Lines / Parquet or CSV / TSV,
+    with open_clip_train's defaults: :func:`~vlr_plugins.data.read_paragraph_samples` with the
+    image under ``image_key`` (default ``"image"``; ``"filepath"`` in CSV / TSV, open_clip's
+    ``--csv-img-key``), the caption under ``caption_key``, a tab ``separator`` (open_clip's
+    ``--csv-separator``); relative image paths are taken from ``image_root``, by default
+    the file's folder."""
+    table = str(path).lower().endswith(_TABLE_SUFFIXES)
+    return read_paragraph_samples(
+        path, media_key=image_key or ("filepath" if table else "image"), media_root=image_root,
+        caption_key=caption_key, separator=separator,
+    )
 
 
 # --------------------------------------------------------------------------- dataset
 
 
-class TextViewsImageDataset(LazyStoreMixin, Dataset):
-    """``(image, TextItem)`` per sample; the image is ``transform(PIL image)`` or, with an
-    ``image_embeddings`` store, the sample's precomputed ``(D,)`` embedding (no file is opened).
+class TextViewsImageDataset(TextViewsDataset):
+    """``(image, TextItem)`` per sample; the image is ``transform(PIL image)`` of
+    ``sample.media`` or, with an ``image_embeddings`` store, the sample's precomputed
+    ``(D,)`` embedding (no file is opened).
 
-    ``texts``: a :class:`SampleTokenizer`. Every sample is checked against the views,
-    and every id against the store, at construction (all problems of a kind at once).
-    ``fraction`` < 1 keeps a ``seed``-ed random subset; random views are redrawn at
-    every step, reproducibly for a seed.
+    ``texts``: a :class:`SampleTokenizer`. Checks, the ``seed``-ed data ``fraction`` and
+    the per-step draws are :class:`~vlr_plugins.data.TextViewsDataset`'s.
     """
 
     def __init__(
         self,
-        samples: Sequence[tuple[ParagraphSample, Path]],
+        samples: Sequence[ParagraphSample],
         texts: SampleTokenizer,
         transform: Any = None,
         image_embeddings: str | None = None,
@@ -275,43 +171,12 @@ class TextViewsImageDataset(LazyStoreMixin, Dataset):
         fraction: float = 1.0,
         seed: int = 0,
     ) -> None:
-        views = (*texts.views.positives, *texts.views.negatives)
-        check_samples_have_views([s for s, _ in samples], views, source)
-        samples = seeded_fraction(samples, fraction, seed)
-        self.samples, self.texts, self.transform, self.seed = list(samples), texts, transform, seed
+        if image_embeddings is None and transform is None:
+            raise ValueError("TextViewsImageDataset needs an image transform or an image_embeddings store")
+        media = StoredEmbeddings(image_embeddings) if image_embeddings is not None else ImageFiles(transform)
         self.image_embeddings = image_embeddings
-        if image_embeddings is not None:
-            self.store.check([s.id for s, _ in self.samples])
-        elif transform is None:
-            raise ValueError(
-                "TextViewsImageDataset needs an image transform or an image_embeddings store"
-            )
-        self._view_draws = ViewDraws(seed)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def _rng(self, index: int) -> random.Random:
-        return self._view_draws.rng(index)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, TextItem]:
-        sample, image_path = self.samples[index]
-        item = self.texts(sample, self._rng(index))
-        if self.image_embeddings is not None:
-            return self.store.get([sample.id])[0], item
-        return self.transform(_open_image(image_path, sample.id)), item
-
-
-def _open_image(path: Path, sample_id: str) -> Any:
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except Exception as e:  # PIL raises OSError, ValueError, SyntaxError, DecompressionBombError...
-        raise DataFormatError(
-            path, f"cannot read the image of sample {sample_id!r}: {type(e).__name__}: {e}"
-        ) from e
+        super().__init__(samples, texts.views, media, transform=_ImageAndTexts(texts), source=source,
+                         fraction=fraction, seed=seed)
 
 
 def make_train_loader(

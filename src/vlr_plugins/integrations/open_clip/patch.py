@@ -213,7 +213,7 @@ class _Run:
             encoder = _VisionTower(self.model, preprocess, args.device)
             precompute_image_embeddings(
                 encoder,
-                [(s.id, p) for s, p in samples],
+                [(s.id, s.media) for s in samples],
                 store,
                 batch_size=args.batch_size,
                 meta={"encoder": encoder_name},

@@ -21,7 +21,14 @@ import yaml
 from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name
 from vlr_plugins.integrations.open_clip.loss import TEMPERATURE_SOURCES
 from vlr_plugins.integrations.open_clip.patch import VLRTrainOptions, patched_open_clip_train
-from vlr_plugins.recipe import Recipe, RecipeError, TextViews, load_recipe, recipe_from_dict
+from vlr_plugins.recipe import (
+    Recipe,
+    RecipeError,
+    TextViews,
+    build_text_views,
+    check_loss_against_views,
+    load_recipe,
+)
 
 __all__ = ["build_parser", "main", "resolve_arguments"]
 
@@ -139,13 +146,9 @@ def _views(spec: Any, loss: dict[str, Any]) -> TextViews:
         spec = {"positives": spec}
     if not isinstance(spec, dict):
         raise ValueError(f"--vlr-text-views: expected a mapping or a list of views, found {spec!r}")
-    raw = {
-        "name": "--vlr-text-views",
-        "text_views": spec,
-        "loss": loss,
-        "model": {"type": "open_clip"},
-    }
-    return recipe_from_dict(raw, "--vlr-text-views").text_views
+    views = build_text_views(spec, "--vlr-text-views", key="text_views")
+    check_loss_against_views(loss, views, "--vlr-text-views")
+    return views
 
 
 def _recipe_defaults(recipe: Recipe, argv: Sequence[str]) -> list[str]:

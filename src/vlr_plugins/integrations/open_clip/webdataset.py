@@ -17,10 +17,12 @@ import random
 from functools import partial
 from typing import Any
 
-from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.dataset import draw_item
 from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.data.media import StoredEmbeddings
+from vlr_plugins.data.sample import sample_from_record
 from vlr_plugins.data.text_views import check_samples_have_views
-from vlr_plugins.integrations.open_clip.dataset import SampleTokenizer, _record_sample
+from vlr_plugins.integrations.open_clip.dataset import SampleTokenizer
 from vlr_plugins.integrations.open_clip.text_batch import collate_text_batch
 
 __all__ = ["get_wds_text_views_data"]
@@ -34,17 +36,9 @@ class _DecodeSample:
     def __init__(
         self, texts: SampleTokenizer, transform: Any, image_embeddings: str | None, seed: int
     ) -> None:
-        self.texts, self.transform, self.image_embeddings, self.seed = (
-            texts,
-            transform,
-            image_embeddings,
-            seed,
-        )
-        self._store: EmbeddingStore | None = None
+        self.texts, self.transform, self.seed = texts, transform, seed
+        self.embeddings = StoredEmbeddings(image_embeddings) if image_embeddings is not None else None
         self._draws = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, Any]:
         where = f"{sample.get('__url__', '<shard>')}#{sample['__key__']}"
@@ -55,17 +49,14 @@ class _DecodeSample:
         else:
             raw = {"caption": sample["txt"].decode("utf-8")}
         raw.setdefault("id", sample["__key__"])
-        record = _record_sample(raw, where, 0, "sample")
+        record = sample_from_record(raw, where, kind="sample")
         views = self.texts.views
-        check_samples_have_views([record], (*views.positives, *views.negatives), where)
+        check_samples_have_views([record], views.all, where)
         self._draws += 1
-        item = self.texts(
-            record, random.Random(f"{self.seed}/{record.id}/{self._draws}/{random.random()}")
-        )
-        if self.image_embeddings is not None:
-            if self._store is None:
-                self._store = EmbeddingStore(self.image_embeddings)
-            return self._store.get([record.id])[0], item
+        rng = random.Random(f"{self.seed}/{record.id}/{self._draws}/{random.random()}")
+        item = self.texts(draw_item(record, views, rng))
+        if self.embeddings is not None:
+            return self.embeddings.load(record), item
         from PIL import Image
 
         data = next(sample[k] for k in _IMAGE_KEYS if k in sample)

@@ -1,0 +1,37 @@
+"""Trainer-neutral recipes: YAML files validated into :class:`Recipe`.
+
+A recipe says *what* is trained (model, text views, loss, hyperparameters); the
+MMEngine, LAVIS and open_clip integrations each translate the same recipe into their
+own configs. The format is documented in ``docs/recipes.md``.
+
+Loading is strict: an unknown key, a text field that training samples do not have,
+a view without a token budget, or a loss that cannot consume the views is an error
+naming the file and the dotted key (``RecipeError``).
+
+* :mod:`~vlr_plugins.recipe.schema` -- what a recipe holds (dataclasses);
+* :mod:`~vlr_plugins.recipe.loading` -- YAML files, ``_base_`` chains, shipped recipes by name;
+* :mod:`~vlr_plugins.recipe.validation` -- the checks, including
+  :func:`check_loss_against_views`, which the trainers' own config formats reuse.
+"""
+
+from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.loading import find_recipe, list_recipes, load_recipe, recipe_dirs
+from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
+from vlr_plugins.recipe.validation import build_text_views, check_loss_against_views, recipe_from_dict
+
+__all__ = [
+    "RecipeError",
+    "TextView",
+    "TextViews",
+    "DataSpec",
+    "EvalSplit",
+    "TrainSpec",
+    "Recipe",
+    "load_recipe",
+    "recipe_dirs",
+    "list_recipes",
+    "find_recipe",
+    "build_text_views",
+    "check_loss_against_views",
+    "recipe_from_dict",
+]

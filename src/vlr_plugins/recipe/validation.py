@@ -1,0 +1,251 @@
+"""Recipe validation: every key known, every value of its type, views buildable, the loss
+able to consume the views; errors name the file and the dotted key (:class:`RecipeError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from vlr_plugins.data.sample import TEXT_FIELDS
+from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
+
+__all__ = ["SCHEMA", "check_keys", "build_text_views", "check_loss_against_views", "recipe_from_dict"]
+
+#: Allowed keys per section; ``None`` = free-form mapping checked elsewhere.
+_VIEW_KEYS = {f.name for f in dataclasses.fields(TextView)}
+SCHEMA: dict[str, Any] = {
+    "name": None,
+    "description": None,
+    "reading": None,
+    "paper": None,
+    "text_views": {"positives": "views", "negatives": "views"},
+    "loss": None,
+    "model": None,
+    "data": {f.name: None for f in dataclasses.fields(DataSpec)},
+    "train": {f.name: None for f in dataclasses.fields(TrainSpec)},
+    "eval": "splits",
+}
+
+
+def check_keys(raw: dict[str, Any], schema: dict[str, Any], path: Path, prefix: str) -> None:
+    """Raise :class:`RecipeError` for the first key of ``raw`` that ``schema`` does not allow."""
+    for k, v in raw.items():
+        key = f"{prefix}{k}"
+        if k not in schema:
+            allowed = ", ".join(sorted(schema))
+            raise RecipeError(path, key, f"unknown key (allowed here: {allowed})")
+        sub = schema[k]
+        if isinstance(sub, dict):
+            if not isinstance(v, dict):
+                raise RecipeError(path, key, f"expected a mapping, found {type(v).__name__}")
+            check_keys(v, sub, path, key + ".")
+        elif sub == "views":
+            if not isinstance(v, list):
+                raise RecipeError(path, key, f"expected a list of views, found {type(v).__name__}")
+            for i, view in enumerate(v):
+                if not isinstance(view, dict):
+                    raise RecipeError(path, f"{key}[{i}]", "expected a mapping")
+                _check_view_keys(view, path, f"{key}[{i}]")
+        elif sub == "splits":
+            keys = {f.name for f in dataclasses.fields(EvalSplit)}
+            if not isinstance(v, list):
+                raise RecipeError(path, key, "expected a list of splits")
+            for i, split in enumerate(v):
+                if not isinstance(split, dict):
+                    raise RecipeError(path, f"{key}[{i}]", "expected a mapping")
+                for sk in split:
+                    if sk not in keys:
+                        raise RecipeError(path, f"{key}[{i}].{sk}",
+                                          f"unknown key (allowed: {', '.join(sorted(keys))})")
+
+
+def _check_view_keys(view: dict[str, Any], path: Path | str, key: str) -> None:
+    for vk in view:
+        if vk not in _VIEW_KEYS:
+            raise RecipeError(path, f"{key}.{vk}", f"unknown key (allowed: {', '.join(sorted(_VIEW_KEYS))})")
+
+
+def _typed(path: Path, key: str, value: Any, typ: Any) -> Any:
+    """Check ``value`` against a simple annotation (int/float/bool/str/Optional/Literal)."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _typed(path, key, value, inner[0])
+    if origin is Literal:
+        if value not in args:
+            raise RecipeError(path, key, f"expected one of {list(args)}, found {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise RecipeError(path, key, f"expected a list of {len(args)} numbers, found {value!r}")
+        return tuple(_typed(path, f"{key}[{i}]", x, a) for i, (x, a) in enumerate(zip(value, args)))
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(path, key, f"expected a number, found {value!r}")
+        return float(value)
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecipeError(path, key, f"expected an integer, found {value!r}")
+        return value
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise RecipeError(path, key, f"expected true or false, found {value!r}")
+        return value
+    if typ is str:
+        if not isinstance(value, str):
+            raise RecipeError(path, key, f"expected a string, found {value!r}")
+        return value
+    return value
+
+
+def _build(cls: type, raw: dict[str, Any], path: Path | str, prefix: str,
+           checked: dict[str, Any] | None = None) -> Any:
+    """``cls(**raw)`` with every value type-checked; ``checked`` values are taken as they are."""
+    hints = {f.name: f.type for f in dataclasses.fields(cls)}
+    resolved = inspect.get_annotations(cls, eval_str=True)
+    kwargs = dict(checked or {})
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if f.name in kwargs:
+            continue
+        if f.name in raw:
+            kwargs[f.name] = _typed(path, key, raw[f.name], resolved.get(f.name, hints[f.name]))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecipeError(path, key, "missing (required)")
+    return cls(**kwargs)
+
+
+def _view_fields(raw: Any, path: Path | str, key: str) -> tuple[str, ...]:
+    """A view's ``field``: one sample field, or a non-empty list of them (a candidate set)."""
+    fields = raw if isinstance(raw, list) else [raw]
+    if not fields or not all(isinstance(f, str) for f in fields):
+        raise RecipeError(path, key, f"expected a field name or a list of field names, found {raw!r}")
+    for f in fields:
+        if f not in TEXT_FIELDS:
+            raise RecipeError(path, key, f"training samples have no text field {f!r} "
+                                         f"(they have: {', '.join(TEXT_FIELDS)})")
+    if len(set(fields)) != len(fields):
+        raise RecipeError(path, key, f"a field is named twice in {fields}")
+    return tuple(fields)
+
+
+def _build_view(raw: dict[str, Any], path: Path | str, key: str) -> TextView:
+    if not isinstance(raw, dict):
+        raise RecipeError(path, key, f"expected a mapping, found {type(raw).__name__}")
+    _check_view_keys(raw, path, key)
+    if "field" not in raw:
+        raise RecipeError(path, f"{key}.field", "missing: which sample field this view reads")
+    fields = _view_fields(raw["field"], path, f"{key}.field")
+    if "max_tokens" not in raw:
+        raise RecipeError(path, f"{key}.max_tokens", "missing token budget for this view")
+    view = _build(TextView, raw, path, key + ".", checked={"field": fields[0] if len(fields) == 1 else fields})
+    if view.max_tokens < 3:
+        raise RecipeError(path, f"{key}.max_tokens", f"expected >= 3 (specials included), found {view.max_tokens}")
+    if view.take == "all" and view.count is not None:
+        raise RecipeError(path, f"{key}.count", "count is only meaningful with take: random or first")
+    if view.take != "all":
+        if view.count is None or view.count < 1:
+            raise RecipeError(path, f"{key}.count", f"take: {view.take} needs count >= 1")
+        if len(fields) == 1 and TEXT_FIELDS[fields[0]] == "one" and view.count != 1:
+            raise RecipeError(path, f"{key}.count", f"field {fields[0]!r} holds one text; count must be 1")
+    return view
+
+
+def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "text_views") -> TextViews:
+    """Validate ``{positives: [...], negatives: [...]}``; errors name ``path`` and ``key``."""
+    if not isinstance(raw, dict):
+        raise RecipeError(path, key, f"expected a mapping of positives / negatives, found {type(raw).__name__}")
+    for k in raw:
+        if k not in ("positives", "negatives"):
+            raise RecipeError(path, f"{key}.{k}", "unknown key (allowed here: negatives, positives)")
+    for k in ("positives", "negatives"):
+        if raw.get(k) is not None and not isinstance(raw[k], list):
+            raise RecipeError(path, f"{key}.{k}", f"expected a list of views, found {type(raw[k]).__name__}")
+    if not raw.get("positives"):
+        raise RecipeError(path, f"{key}.positives", "at least one positive view is required")
+    return TextViews(
+        positives=tuple(_build_view(v, path, f"{key}.positives[{i}]") for i, v in enumerate(raw["positives"])),
+        negatives=tuple(_build_view(v, path, f"{key}.negatives[{i}]")
+                        for i, v in enumerate(raw.get("negatives") or [])),
+    )
+
+
+def check_loss_against_views(
+    loss: dict[str, Any],
+    views: TextViews,
+    path: str | os.PathLike | None,
+    *,
+    loss_key: str = "loss",
+    views_key: str = "text_views",
+) -> None:
+    """Check that ``loss`` (``{type: <registered loss>, ...arguments}``) names a registered
+    loss, passes it only arguments it takes, and can consume what ``views`` give (one
+    positive per sample for a single-positive loss; hard negatives exactly when the loss
+    takes them). Errors are :class:`RecipeError` naming ``path`` and ``loss_key`` /
+    ``views_key`` (a trainer's own config keys, e.g. ``model.loss`` in a LAVIS config)."""
+    from vlr_plugins.registry import LOSSES
+
+    if not isinstance(loss, dict) or "type" not in loss:
+        raise RecipeError(path, f"{loss_key}.type", "missing: name a registered loss (vlr list losses)")
+    if loss["type"] not in LOSSES:
+        raise RecipeError(path, f"{loss_key}.type",
+                          f"unknown loss {loss['type']!r}; registered: {', '.join(LOSSES.names())}")
+    cls = LOSSES.get(loss["type"])
+    params = inspect.signature(cls).parameters
+    for k in loss:
+        if k != "type" and k not in params:
+            raise RecipeError(path, f"{loss_key}.{k}",
+                              f"{loss['type']} takes no argument {k!r} (it takes: {', '.join(params)})")
+    if getattr(cls, "single_positive", False) and views.max_positives != 1:
+        raise RecipeError(path, f"{views_key}.positives",
+                          f"{loss['type']} expects exactly one positive per image; these views give "
+                          f"{views.max_positives or 'several'} (use MultiPositiveInfoNCELoss)")
+    if getattr(cls, "requires_negatives", False) and not views.negatives:
+        raise RecipeError(path, f"{views_key}.negatives", f"{loss['type']} needs hard-negative views")
+    if views.negatives and not getattr(cls, "accepts_negatives", False):
+        raise RecipeError(path, f"{views_key}.negatives",
+                          f"{loss['type']} ignores hard negatives; use HardNegativeInfoNCELoss")
+
+
+def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None) -> Recipe:
+    """Validate a merged recipe mapping (``path`` is used in error messages)."""
+    p = Path(path) if path else Path("<recipe>")
+    check_keys(raw, SCHEMA, p, "")
+    for key in ("name", "text_views", "loss", "model"):
+        if key not in raw:
+            raise RecipeError(p, key, "missing (required)")
+    views = build_text_views(raw["text_views"], p)
+    check_loss_against_views(raw["loss"], views, p)
+    if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
+        raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")
+    data = _build(DataSpec, raw.get("data") or {}, p, "data.")
+    if not 0.0 < data.fraction <= 1.0:
+        raise RecipeError(p, "data.fraction", f"expected 0 < fraction <= 1, found {data.fraction}")
+    train = _build(TrainSpec, raw.get("train") or {}, p, "train.")
+    for k in ("batch_size", "epochs"):
+        if getattr(train, k) < 1:
+            raise RecipeError(p, f"train.{k}", f"expected >= 1, found {getattr(train, k)}")
+    splits = tuple(_build(EvalSplit, s, p, f"eval[{i}].") for i, s in enumerate(raw.get("eval") or []))
+    return Recipe(
+        name=_typed(p, "name", raw["name"], str),
+        description=_typed(p, "description", raw.get("description", ""), str),
+        reading=_typed(p, "reading", raw.get("reading", ""), str),
+        paper=_typed(p, "paper", raw.get("paper", ""), str),
+        text_views=views,
+        loss=dict(raw["loss"]),
+        model=dict(raw["model"]),
+        data=data,
+        train=train,
+        eval=splits,
+        source=str(path) if path else None,
+    )
