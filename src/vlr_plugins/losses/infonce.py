@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlr_plugins.losses.multi_positive_infonce import (
+from vlr_plugins.losses.functional import (
     HARD_NEGATIVE_SCOPES,
     VARIANTS,
     multi_positive_infonce,

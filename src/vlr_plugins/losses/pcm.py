@@ -17,7 +17,7 @@ from torch import Tensor
 
 from vlr_plugins.losses._gather import gather_rows_with_grad, should_gather
 from vlr_plugins.losses.infonce import _ContrastiveLoss
-from vlr_plugins.losses.multi_positive_infonce import _check_temperature, multi_positive_infonce
+from vlr_plugins.losses.functional import _check_temperature, multi_positive_infonce
 from vlr_plugins.registry import LOSSES
 
 __all__ = [
