@@ -53,7 +53,8 @@ def test_registration_refuses_a_model_type_held_by_another_class(monkeypatch):
     class Impostor(VlrTextEncoderConfig):
         model_type = "bert"
 
-    monkeypatch.setattr(vlr_plugins.hf, "FAMILY", ((Impostor, vlr_plugins.hf.VlrTextEncoderModel),))
+    monkeypatch.setattr(vlr_plugins.hf.family, "FAMILY",
+                        ((Impostor, vlr_plugins.hf.VlrTextEncoderModel),))
     with pytest.raises(ValueError, match="'bert' is already registered to .*BertConfig"):
         vlr_plugins.hf.register_auto_classes()
 

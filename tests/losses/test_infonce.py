@@ -111,6 +111,74 @@ def test_learnable_temperature_is_clamped_and_learns(cls):
         torch.testing.assert_close(grad, expected_fn.temperature.grad)
 
 
+def _inputs(cls) -> tuple[tuple[torch.Tensor, ...], dict, dict]:
+    """(args, kwargs of the module, kwargs of multi_positive_infonce) for one batch."""
+    image, text = _emb(3, 8, seed=21).requires_grad_(), _emb(3, 8, seed=22)
+    if cls is InfoNCELoss:
+        return (image, text), {}, {}
+    owner = torch.tensor([0, 2, 1])
+    if cls is MultiPositiveInfoNCELoss:
+        return (image, text, owner), {}, {"variant": "log_sum"}
+    neg, neg_owner = _emb(4, 8, seed=23), torch.tensor([0, 0, 1, 2])
+    return ((image, text, owner), {"neg_emb": neg, "neg_owner": neg_owner},
+            {"variant": "log_sum", "neg_emb": neg, "neg_owner": neg_owner,
+             "hard_negative_scope": "own"})
+
+
+def _module(cls, **kwargs):
+    if cls is InfoNCELoss:
+        return cls(**kwargs)
+    if cls is MultiPositiveInfoNCELoss:
+        return cls(variant="log_sum", **kwargs)
+    return cls(hard_negative_scope="own", variant="log_sum", **kwargs)
+
+
+@pytest.mark.parametrize("cls", LOSS_CLASSES)
+@pytest.mark.parametrize("learnable", [False, True])
+def test_temperature_given_at_call_time_replaces_the_modules_own(cls, learnable):
+    args, kwargs, functional_kwargs = _inputs(cls)
+    image, text = args[:2]
+    owner = args[2] if len(args) > 2 else torch.arange(3)
+    loss_fn = _module(cls, temperature=0.07, learnable_temperature=learnable)
+    ours = loss_fn(*args, **kwargs, temperature=0.3)
+    expected = multi_positive_infonce(image, text, owner, temperature=0.3, **functional_kwargs)
+    torch.testing.assert_close(ours, expected)
+    own = multi_positive_infonce(image, text, owner, temperature=0.07, **functional_kwargs)
+    torch.testing.assert_close(loss_fn(*args, **kwargs), own)
+    assert not torch.isclose(ours, own)
+    ours.backward()
+    if learnable:
+        assert loss_fn.temperature.grad is None, "the module's own temperature is not used"
+
+
+@pytest.mark.parametrize("cls", LOSS_CLASSES)
+def test_a_tensor_temperature_gets_its_gradient(cls):
+    args, kwargs, _ = _inputs(cls)
+    log_scale = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)  # open_clip's
+    loss = _module(cls)(*args, **kwargs, temperature=1 / log_scale.exp())
+    loss.backward()
+    as_float = _module(cls)(*args, **kwargs, temperature=float(torch.exp(-log_scale.detach())))
+    torch.testing.assert_close(loss.detach(), as_float)
+    # d loss / d log_scale by central differences of the float temperature
+    h = 1e-6
+    up, down = ((_module(cls)(*args, **kwargs, temperature=float(torch.exp(-(log_scale.detach() + d))))
+                 for d in (h, -h)))
+    assert log_scale.grad is not None and log_scale.grad != 0
+    torch.testing.assert_close(log_scale.grad, (up - down) / (2 * h), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("cls", LOSS_CLASSES)
+@pytest.mark.parametrize("bad, message", [
+    (0.0, r"temperature must be > 0; found 0.0"),
+    (-0.1, r"temperature must be > 0; found -0.1"),
+    (torch.ones(2), r"temperature must be a scalar; found shape \(2,\)"),
+])
+def test_a_bad_call_time_temperature_is_named(cls, bad, message):
+    args, kwargs, _ = _inputs(cls)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.forward: {message}"):
+        _module(cls)(*args, **kwargs, temperature=bad)
+
+
 def test_fixed_temperature_is_not_a_parameter():
     loss_fn = InfoNCELoss(temperature=0.02)
     assert list(loss_fn.parameters()) == []

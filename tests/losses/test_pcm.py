@@ -209,6 +209,26 @@ def test_module_is_the_functional():
     torch.testing.assert_close(loss_fn(image, long_text, short_text), expected)
 
 
+def test_module_takes_its_temperature_at_call_time():
+    image, long_text, short_text = _triple(12, 8, seed=14)
+    loss_fn = PrimaryComponentMatchingLoss(num_components=3)  # learnable, starts at 0.01
+    ours = loss_fn(image.requires_grad_(), long_text, short_text, temperature=0.2)
+    torch.testing.assert_close(ours, reference_loss(image, long_text, short_text, k=3, t=0.2))
+    ours.backward()
+    assert loss_fn.temperature.grad is None, "the module's own temperature is not used"
+
+    log_scale = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+    loss_fn(image, long_text, short_text, temperature=1 / log_scale.exp()).backward()
+    h = 1e-6
+    up, down = (reference_loss(image.detach(), long_text, short_text, k=3,
+                               t=float(torch.exp(torch.tensor(-(3.0 + d), dtype=torch.float64))))
+                for d in (h, -h))
+    torch.testing.assert_close(log_scale.grad, (up - down) / (2 * h), rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match=r"PrimaryComponentMatchingLoss.forward: temperature must "
+                                         r"be > 0; found 0"):
+        loss_fn(image, long_text, short_text, temperature=0)
+
+
 def test_module_learns_its_temperature():
     loss_fn = PrimaryComponentMatchingLoss(num_components=2)
     assert [name for name, _ in loss_fn.named_parameters()] == ["temperature"]

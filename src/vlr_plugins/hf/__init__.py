@@ -9,7 +9,8 @@ carries ``modeling_vlr.py`` / ``configuration_vlr.py``, so elsewhere
 The family: :class:`VlrRetrievalConfig` / :class:`VlrRetrievalPreTrainedModel` hold what
 every retrieval encoder shares (embedding size, token budgets, image-embedding space,
 recipe; ``forward`` / ``encode_text`` / ``get_text_features``); each member is one
-config + model pair with its own ``model_type``, listed in :data:`FAMILY`.
+config + model pair with its own ``model_type``, listed in :data:`FAMILY`
+(:mod:`vlr_plugins.hf.family`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.hf.configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
 from vlr_plugins.hf.export import export_text_encoder
+from vlr_plugins.hf.family import FAMILY, register_auto_classes
 from vlr_plugins.hf.modeling_vlr import (
     VlrRetrievalPreTrainedModel,
     VlrTextEncoderModel,
@@ -37,34 +39,6 @@ __all__ = [
     "register_auto_classes",
     "write_model_card",
 ]
-
-#: (config, model) of every member of the vlr retrieval family; one line per model type
-FAMILY: tuple[tuple[type[VlrRetrievalConfig], type[VlrRetrievalPreTrainedModel]], ...] = (
-    (VlrTextEncoderConfig, VlrTextEncoderModel),
-)
-
-
-def register_auto_classes() -> None:
-    """Map each :data:`FAMILY` ``model_type`` to its classes in ``AutoConfig`` / ``AutoModel``.
-
-    Idempotent (runs on import). Takes over a name held by a copy of the same class, such
-    as the remote code of an exported folder loaded earlier in this process; refuses a
-    name that some other class holds.
-    """
-    from transformers import AutoConfig, AutoModel
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    for config_cls, model_cls in FAMILY:
-        name = config_cls.model_type
-        # not .get(): the lazy mapping's get() misses transformers' own, not yet imported, configs
-        held = CONFIG_MAPPING[name] if name in CONFIG_MAPPING else None
-        if held is not None and held.__name__ != config_cls.__name__:
-            raise ValueError(f"model type {name!r} is already registered to "
-                             f"{held.__module__}.{held.__qualname__}; vlr_plugins.hf cannot register "
-                             f"{config_cls.__qualname__} under it")
-        AutoConfig.register(name, config_cls, exist_ok=True)
-        AutoModel.register(config_cls, model_cls, exist_ok=True)
-
 
 register_auto_classes()
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.hf.family import FAMILY
+
 __all__ = ["export_text_encoder"]
 
 #: files that would need unpickling to load; an export must never contain one
@@ -20,8 +22,6 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 def _family_member(encoder: torch.nn.Module) -> type:
-    from vlr_plugins.hf import FAMILY
-
     name = type(encoder).__name__
     for _, model_cls in FAMILY:
         if model_cls.vlr_encoder_type == name:

@@ -9,7 +9,7 @@ from vlr_plugins.losses.infonce import (
     InfoNCELoss,
     MultiPositiveInfoNCELoss,
 )
-from vlr_plugins.losses.multi_positive_infonce import multi_positive_infonce
+from vlr_plugins.losses.functional import multi_positive_infonce
 from vlr_plugins.losses.pcm import (
     PrimaryComponentMatchingLoss,
     primary_component_matching,

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlr_plugins.losses.multi_positive_infonce import (
+from vlr_plugins.losses.functional import (
     HARD_NEGATIVE_SCOPES,
     VARIANTS,
+    _check_temperature,
     multi_positive_infonce,
 )
 from vlr_plugins.registry import LOSSES
@@ -20,7 +21,14 @@ __all__ = ["InfoNCELoss", "MultiPositiveInfoNCELoss", "HardNegativeInfoNCELoss"]
 
 
 class _ContrastiveLoss(nn.Module):
-    """Temperature, ``gather`` and config shared by the InfoNCE modules."""
+    """Temperature, ``gather`` and config shared by the InfoNCE modules.
+
+    Every ``forward`` takes an optional keyword ``temperature``, as open_clip's
+    ``ClipLoss.forward(image_features, text_features, logit_scale)`` takes its scale at
+    call time: a positive float or a 0-d tensor (gradients flow into a tensor, e.g.
+    ``1 / model.logit_scale.exp()``) used for that call instead of the module's own;
+    ``None`` = the module's own temperature (fixed, or learnable and clamped).
+    """
 
     # what a loss can consume; recipes are checked against these before training
     single_positive: bool = False
@@ -58,7 +66,11 @@ class _ContrastiveLoss(nn.Module):
         else:
             self.temperature = float(temperature)
 
-    def _temperature(self) -> Tensor | float:
+    def _temperature(self, given: float | Tensor | None = None) -> Tensor | float:
+        """``given`` (checked) when the caller passes one, else the module's own."""
+        if given is not None:
+            _check_temperature(f"{type(self).__name__}.forward", given)
+            return given
         if isinstance(self.temperature, nn.Parameter):
             # as BLIP does with its learnable temp: keep it in range without
             # letting the clamp itself enter the graph
@@ -84,12 +96,19 @@ class _ContrastiveLoss(nn.Module):
                 f"(use HardNegativeInfoNCELoss)"
             )
 
-    def _loss(self, image_emb: Tensor, text_emb: Tensor, text_owner: Tensor | None, **kwargs: Any) -> Tensor:
+    def _loss(
+        self,
+        image_emb: Tensor,
+        text_emb: Tensor,
+        text_owner: Tensor | None,
+        temperature: float | Tensor | None,
+        **kwargs: Any,
+    ) -> Tensor:
         return multi_positive_infonce(
             image_emb,
             text_emb,
             self._owner(image_emb, text_emb, text_owner),
-            temperature=self._temperature(),
+            temperature=self._temperature(temperature),
             gather=self.gather,
             **kwargs,
         )
@@ -115,7 +134,10 @@ class InfoNCELoss(_ContrastiveLoss):
 
     Expects ``image_emb`` ``(B, D)``, ``text_emb`` ``(B, D)`` and optionally
     ``text_owner`` ``(B,)`` (a permutation of ``0..B-1``; ``None`` = caption ``i``
-    describes image ``i``). Embeddings are L2-normalised inside.
+    describes image ``i``). Embeddings are L2-normalised inside. The keyword
+    ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
+    sets this call's temperature, as ``ClipLoss`` takes ``logit_scale`` at call time;
+    ``None`` = the module's own (fixed, or learnable and clamped).
 
     Formula: ``s = cos(image, text) / temperature`` ``(B, B)``; with captions in image
     order, ``loss = (CE(s, arange(B)) + CE(s.T, arange(B))) / 2``.
@@ -123,7 +145,9 @@ class InfoNCELoss(_ContrastiveLoss):
     Reference: Radford et al., "Learning Transferable Visual Models From Natural
     Language Supervision" (CLIP), 2021.
 
-    Relations: equals open_clip's ``ClipLoss`` with ``logit_scale = 1 / temperature``;
+    Relations: equals open_clip's ``ClipLoss`` with ``logit_scale = 1 / temperature``
+    (``loss_fn(image, text, temperature=1 / logit_scale)`` is ``ClipLoss()(image, text,
+    logit_scale)``);
     ``MultiPositiveInfoNCELoss`` allows several captions per image and
     ``HardNegativeInfoNCELoss`` adds hard-negative captions. A learnable temperature
     (``learnable_temperature=True``) is clamped to ``temperature_range`` at every
@@ -148,6 +172,8 @@ class InfoNCELoss(_ContrastiveLoss):
         text_owner: Tensor | None = None,
         neg_emb: Tensor | None = None,
         neg_owner: Tensor | None = None,
+        *,
+        temperature: float | Tensor | None = None,
     ) -> Tensor:
         self._no_negatives(neg_emb, neg_owner)
         if text_emb.shape[0] != image_emb.shape[0]:
@@ -157,7 +183,7 @@ class InfoNCELoss(_ContrastiveLoss):
             )
         # with as many captions as images, "every image has a caption" (checked by
         # multi_positive_infonce) is "every image has exactly one"
-        return self._loss(image_emb, text_emb, text_owner)
+        return self._loss(image_emb, text_emb, text_owner, temperature)
 
 
 @LOSSES.register
@@ -166,7 +192,10 @@ class MultiPositiveInfoNCELoss(_ContrastiveLoss):
 
     Expects ``image_emb`` ``(B, D)``, ``text_emb`` ``(N, D)`` and ``text_owner``
     ``(N,)``, the image ``0..B-1`` each caption describes (every image at least once,
-    e.g. ``[0, 0, 1, 2, 2, 2]``). Embeddings are L2-normalised inside.
+    e.g. ``[0, 0, 1, 2, 2, 2]``). Embeddings are L2-normalised inside. The keyword
+    ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
+    sets this call's temperature; ``None`` = the module's own (fixed, or learnable and
+    clamped).
 
     Formula: with ``p_i`` the softmax of image ``i`` over all N captions and ``P(i)``
     its captions, ``variant="mean_log"``: ``-mean_{j in P(i)} log p_i(j)``;
@@ -216,9 +245,11 @@ class MultiPositiveInfoNCELoss(_ContrastiveLoss):
         text_owner: Tensor | None = None,
         neg_emb: Tensor | None = None,
         neg_owner: Tensor | None = None,
+        *,
+        temperature: float | Tensor | None = None,
     ) -> Tensor:
         self._no_negatives(neg_emb, neg_owner)
-        return self._loss(image_emb, text_emb, text_owner, variant=self.variant)
+        return self._loss(image_emb, text_emb, text_owner, temperature, variant=self.variant)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, **super().get_config_dict()}
@@ -231,7 +262,10 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
     Expects ``image_emb`` ``(B, D)``, ``text_emb`` ``(N, D)``, ``text_owner`` ``(N,)``
     as ``MultiPositiveInfoNCELoss``, plus ``neg_emb`` ``(M, D)`` hard-negative captions
     (e.g. word-order or attribute swaps of a positive) and ``neg_owner`` ``(M,)``, the
-    image each was written for (required by ``hard_negative_scope="own"``).
+    image each was written for (required by ``hard_negative_scope="own"``). The keyword
+    ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
+    sets this call's temperature; ``None`` = the module's own (fixed, or learnable and
+    clamped).
 
     Formula: as ``MultiPositiveInfoNCELoss``, but image ``i``'s softmax runs over the
     N captions plus the negatives it sees: all M (``"batch"``, NegCLIP) or those with
@@ -284,14 +318,17 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
         text_owner: Tensor | None = None,
         neg_emb: Tensor | None = None,
         neg_owner: Tensor | None = None,
+        *,
+        temperature: float | Tensor | None = None,
     ) -> Tensor:
         if neg_emb is None:
             raise ValueError(
                 "HardNegativeInfoNCELoss needs hard negatives: expected neg_emb (M, D), found "
                 "None (use MultiPositiveInfoNCELoss without them)"
             )
-        return self._loss(image_emb, text_emb, text_owner, neg_emb=neg_emb, neg_owner=neg_owner,
-                          variant=self.variant, hard_negative_scope=self.hard_negative_scope)
+        return self._loss(image_emb, text_emb, text_owner, temperature, neg_emb=neg_emb,
+                          neg_owner=neg_owner, variant=self.variant,
+                          hard_negative_scope=self.hard_negative_scope)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"hard_negative_scope": self.hard_negative_scope, **super().get_config_dict()}

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from vlr_plugins.losses._gather import gather_rows_with_grad, should_gather
 from vlr_plugins.losses.infonce import _ContrastiveLoss
-from vlr_plugins.losses.multi_positive_infonce import _check_temperature, multi_positive_infonce
+from vlr_plugins.losses.functional import _check_temperature, multi_positive_infonce
 from vlr_plugins.registry import LOSSES
 
 __all__ = [
@@ -224,6 +224,9 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
     Expects ``image_emb`` ``(B, D)``, ``long_text_emb`` ``(B, D)`` and ``short_text_emb``
     ``(B, D)``: a long and a short caption per image, in image order. Embeddings are
     L2-normalised inside; the PCA-reduced image rows are not re-normalised (as in Long-CLIP).
+    The keyword ``temperature`` (a positive float or a 0-d tensor, gradients flow into a
+    tensor) sets this call's temperature, e.g. ``1 / logit_scale`` of the model being
+    trained; ``None`` = the module's own (learnable and clamped by default).
 
     Formula: with ``x_pc`` the image rows projected onto the top ``num_components``
     principal components of the (global) batch, mean re-added,
@@ -269,11 +272,18 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
         self.num_components = num_components
         self.short_weight = float(short_weight)
 
-    def forward(self, image_emb: Tensor, long_text_emb: Tensor, short_text_emb: Tensor) -> Tensor:
+    def forward(
+        self,
+        image_emb: Tensor,
+        long_text_emb: Tensor,
+        short_text_emb: Tensor,
+        *,
+        temperature: float | Tensor | None = None,
+    ) -> Tensor:
         return primary_component_matching(
             image_emb, long_text_emb, short_text_emb,
             num_components=self.num_components,
-            temperature=self._temperature(),
+            temperature=self._temperature(temperature),
             short_weight=self.short_weight,
             gather=self.gather,
         )

@@ -10,21 +10,15 @@ from __future__ import annotations
 from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
-from vlr_plugins.text.length import (
-    extend_text_context,
-    freeze_leading_rows,
-    frozen_rows_param_groups,
-    stretch_positional_embedding,
-    tokenizer_for_length,
-)
+from vlr_plugins.text.length import extend_text_context, tokenizer_for_length
 from vlr_plugins.text.load import load_text_encoder
+from vlr_plugins.text.positions import freeze_leading_rows, stretch_positional_embedding
 
 __all__ = [
     "BlipTextEncoder",
     "build_wordpiece_tokenizer",
     "extend_text_context",
     "freeze_leading_rows",
-    "frozen_rows_param_groups",
     "load_text_encoder",
     "stretch_positional_embedding",
     "tokenizer_for_length",

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vlr_plugins.text.length import freeze_leading_rows, stretch_positional_embedding
+from vlr_plugins.text.positions import freeze_leading_rows, stretch_positional_embedding
 
 
 def apply_extension(

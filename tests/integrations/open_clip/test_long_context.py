@@ -15,7 +15,7 @@ from vlr_plugins.integrations.open_clip import (  # noqa: E402
     parse_long_context_name,
     register_long_context_configs,
 )
-from vlr_plugins.text.length import stretch_positional_embedding  # noqa: E402
+from vlr_plugins.text import stretch_positional_embedding  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -130,7 +130,7 @@ def test_long_context_with_primary_component_matching(
 ):
     pytest.importorskip("vlr_plugins.text.length")
     from vlr_plugins.integrations.open_clip import add_long_context_config
-    from vlr_plugins.text.length import stretch_positional_embedding
+    from vlr_plugins.text import stretch_positional_embedding
 
     name = add_long_context_config(tiny_model, 96, tmp_path / "configs")
     torch.manual_seed(0)

@@ -120,9 +120,10 @@ def create_long_context_model_and_transforms(
     ``context_length``. ``pretrained``: an open_clip tag of the base (``"openai"``) or a
     checkpoint file. A source shorter than the target is loaded at its own length and
     stretched by :func:`~vlr_plugins.text.length.extend_text_context` (``keep`` rows
-    kept; ``train_new_only`` freezes them); one already at the target length (a
-    checkpoint of a previous long fine-tune, a ``local-dir:`` export) is loaded as is,
-    its first ``keep`` rows frozen likewise. ``kwargs`` go to open_clip.
+    kept; ``train_new_only`` keeps them fixed, weight decay included, with
+    :func:`~vlr_plugins.text.positions.freeze_leading_rows`); one already at the target
+    length (a checkpoint of a previous long fine-tune, a ``local-dir:`` export) is loaded
+    as is, its first ``keep`` rows frozen likewise. ``kwargs`` go to open_clip.
 
     Returns ``(model, preprocess_train, preprocess_val)``; the tokenizer is
     ``open_clip.get_tokenizer(model_name)`` for a registered ``-ctx`` name, else
@@ -130,7 +131,8 @@ def create_long_context_model_and_transforms(
     """
     import open_clip
 
-    from vlr_plugins.text.length import extend_text_context, freeze_leading_rows
+    from vlr_plugins.text.length import extend_text_context
+    from vlr_plugins.text.positions import freeze_leading_rows
 
     source, target = model_name, context_length
     parsed = parse_long_context_name(model_name)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import torch
@@ -17,8 +15,8 @@ __all__ = ["OpenCLIPLoss", "build_openclip_loss", "TEMPERATURE_SOURCES"]
 TEMPERATURE_SOURCES = ("model", "loss")
 
 
-def _wants_short_captions(loss: nn.Module) -> bool:
-    return "short_text_emb" in inspect.signature(loss.forward).parameters
+def _takes(loss: nn.Module, argument: str) -> bool:
+    return argument in inspect.signature(loss.forward).parameters
 
 
 class OpenCLIPLoss(nn.Module):
@@ -30,9 +28,13 @@ class OpenCLIPLoss(nn.Module):
     ``neg_owner`` (hard negatives) and ``short_text_features`` ``(B, D)`` for a loss
     whose forward takes ``short_text_emb`` (``PrimaryComponentMatchingLoss``).
 
-    ``temperature="model"``: the loss runs at ``1 / logit_scale``, open_clip's learnable
-    (and clamped) scale, so training moves it as it moves ``ClipLoss``'s; the loss's own
-    ``temperature`` is not used. ``"loss"``: the loss's own, fixed temperature.
+    ``temperature="model"``: the loss is called with ``temperature=1 / logit_scale``,
+    open_clip's learnable (and clamped) scale, as ``ClipLoss`` is called with
+    ``logit_scale``, so training moves it as it moves ``ClipLoss``'s (the gradient flows
+    through the call); the loss's own ``temperature`` is not used. ``"loss"``: the loss's
+    own, fixed temperature. A loss with a learnable temperature of its own is refused
+    either way: open_clip_train's optimizer only holds the model's parameters, so it would
+    never update it.
 
     No arithmetic happens here: with one caption per image and ``InfoNCELoss`` this is
     open_clip's ``ClipLoss(local_loss=False, gather_with_grad=True)``.
@@ -44,21 +46,26 @@ class OpenCLIPLoss(nn.Module):
             raise ValueError(
                 f"temperature must be one of {TEMPERATURE_SOURCES}; found {temperature!r}"
             )
+        name = type(loss).__name__
         if isinstance(getattr(loss, "temperature", None), nn.Parameter):
-            raise ValueError(
-                f"{type(loss).__name__} has a learnable temperature of its own, which "
-                f"open_clip_train's optimizer would never update; build it with "
-                f"learnable_temperature=False (or take the temperature from the model's "
-                f"logit_scale)"
+            fix = (
+                "the model's logit_scale is the learnable temperature here"
+                if temperature == "model"
+                else "or take the model's logit_scale (temperature='model')"
             )
-        if temperature == "model" and "temperature" not in vars(loss):
             raise ValueError(
-                f"{type(loss).__name__} has no fixed temperature attribute to set from the "
+                f"{name} has a learnable temperature of its own, which open_clip_train's "
+                f"optimizer (the model's parameters only) would never update; build it with "
+                f"learnable_temperature=False ({fix})"
+            )
+        if temperature == "model" and not _takes(loss, "temperature"):
+            raise ValueError(
+                f"{name}.forward takes no temperature keyword, so it cannot run at the "
                 f"model's logit_scale; use the loss's own (temperature='loss')"
             )
         self.loss = loss
         self.temperature = temperature
-        self.wants_short_captions = _wants_short_captions(loss)
+        self.wants_short_captions = _takes(loss, "short_text_emb")
 
     def forward(
         self,
@@ -78,20 +85,26 @@ class OpenCLIPLoss(nn.Module):
                 f"use: {sorted(unexpected)} (SigLIP's logit_bias, CoCa's caption logits and "
                 f"distillation are not supported by the vlr losses)"
             )
-        with self._temperature_of(logit_scale):
-            if self.wants_short_captions:
-                value = self._short_and_long(
-                    image_features, text_features, text_owner, short_text_features
-                )
-            else:
-                kwargs = {}
-                if neg_features is not None:
-                    kwargs = {"neg_emb": neg_features, "neg_owner": neg_owner}
-                value = self.loss(image_features, text_features, text_owner, **kwargs)
+        kwargs: dict[str, Any] = {}
+        if self.temperature == "model":
+            kwargs["temperature"] = 1.0 / logit_scale
+        if self.wants_short_captions:
+            value = self._short_and_long(
+                image_features, text_features, text_owner, short_text_features, kwargs
+            )
+        else:
+            if neg_features is not None:
+                kwargs.update(neg_emb=neg_features, neg_owner=neg_owner)
+            value = self.loss(image_features, text_features, text_owner, **kwargs)
         return {"contrastive_loss": value} if output_dict else value
 
     def _short_and_long(
-        self, image: Tensor, long_text: Tensor, owner: Tensor | None, short_text: Tensor | None
+        self,
+        image: Tensor,
+        long_text: Tensor,
+        owner: Tensor | None,
+        short_text: Tensor | None,
+        kwargs: dict[str, Any],
     ) -> Tensor:
         name = type(self.loss).__name__
         if short_text is None:
@@ -106,20 +119,7 @@ class OpenCLIPLoss(nn.Module):
                 f"{name} needs exactly one long caption per image, in image order; "
                 f"the text views gave {long_text.shape[0]} captions for {image.shape[0]} images"
             )
-        return self.loss(image, long_text, short_text)
-
-    @contextmanager
-    def _temperature_of(self, logit_scale: Tensor) -> Iterator[None]:
-        if self.temperature != "model":
-            yield
-            return
-        # the core losses read their (fixed) temperature from this attribute at every call
-        fixed = self.loss.__dict__["temperature"]
-        self.loss.__dict__["temperature"] = 1.0 / logit_scale
-        try:
-            yield
-        finally:
-            self.loss.__dict__["temperature"] = fixed
+        return self.loss(image, long_text, short_text, **kwargs)
 
     def extra_repr(self) -> str:
         return f"temperature={self.temperature!r}"

@@ -9,10 +9,10 @@ with
 * ``get_data``: our training data (several texts per image, ``(images, TextBatch)``
   batches); validation and ImageNet zero-shot data stay open_clip_train's.
 
-Nothing else of open_clip_train is touched; everything is restored on exit. With
-frozen leading positional rows (Long-CLIP), an optimizer step hook also restores those
-rows after every step: open_clip_train's AdamW decays every 2-D weight, and decoupled
-weight decay would otherwise move rows that get no gradient.
+Nothing else of open_clip_train is touched; everything is restored on exit. Frozen
+leading positional rows (Long-CLIP, ``train_new_only``) need nothing here: open_clip_train's
+AdamW decays every 2-D weight, and :func:`vlr_plugins.text.freeze_leading_rows` restores
+those rows after every step of any torch optimizer.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from vlr_plugins.integrations.open_clip.dataset import (
 )
 from vlr_plugins.integrations.open_clip.long_context import (
     create_long_context_model_and_transforms,
-    text_positional_embedding,
 )
 from vlr_plugins.integrations.open_clip.loss import build_openclip_loss
 from vlr_plugins.integrations.open_clip.model import TextBatchCLIP
@@ -77,7 +76,6 @@ class _Run:
     def __init__(self, options: VLRTrainOptions, originals: dict[str, Any]) -> None:
         self.options, self.originals = options, originals
         self.model: torch.nn.Module | None = None
-        self.kept_rows: list[tuple[torch.nn.Parameter, int, torch.Tensor | None]] = []
 
     # ----------------------------------------------------------------- model
     def create_model_and_transforms(
@@ -105,24 +103,7 @@ class _Run:
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("a TorchScript model cannot take a TextBatch: drop --torchscript")
         self.model = model
-        try:
-            pos = text_positional_embedding(model)
-        except TypeError:  # e.g. a Hugging Face text tower: nothing of ours to keep fixed
-            pos = None
-        if getattr(pos, "frozen_rows", 0):
-            self.kept_rows.append((pos, pos.frozen_rows, None))
         return (TextBatchCLIP(model), *transforms)
-
-    def before_step(self, *_: Any) -> None:
-        # the first step's values are the loaded ones (fresh or resumed)
-        for i, (p, rows, saved) in enumerate(self.kept_rows):
-            if saved is None:
-                self.kept_rows[i] = (p, rows, p.detach()[:rows].clone())
-
-    def after_step(self, *_: Any) -> None:
-        with torch.no_grad():
-            for p, rows, saved in self.kept_rows:
-                p[:rows].copy_(saved)
 
     # ----------------------------------------------------------------- loss
     def create_loss(self, args: argparse.Namespace) -> Any:
@@ -260,17 +241,9 @@ def patched_open_clip_train(options: VLRTrainOptions) -> Iterator[_Run]:
     """Within this block ``open_clip_train.main.main(argv)`` trains with the vlr data,
     model wrapper and loss (module docstring); the originals come back on exit."""
     import open_clip_train.main as ocm
-    from torch.optim.optimizer import (
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
 
     originals = {name: getattr(ocm, name) for name in PATCHED_NAMES}
     run = _Run(options, originals)
-    handles = [
-        register_optimizer_step_pre_hook(lambda *a: run.before_step(*a)),
-        register_optimizer_step_post_hook(lambda *a: run.after_step(*a)),
-    ]
     for name in PATCHED_NAMES:
         setattr(ocm, name, getattr(run, name))
     try:
@@ -278,5 +251,3 @@ def patched_open_clip_train(options: VLRTrainOptions) -> Iterator[_Run]:
     finally:
         for name, fn in originals.items():
             setattr(ocm, name, fn)
-        for h in handles:
-            h.remove()

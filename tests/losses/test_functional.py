@@ -217,6 +217,6 @@ def test_validation_errors(kwargs, message):
 
 
 def test_docstring_example_runs():
-    module = importlib.import_module("vlr_plugins.losses.multi_positive_infonce")
+    module = importlib.import_module("vlr_plugins.losses.functional")
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -1,6 +1,6 @@
-"""Symmetric image-text InfoNCE with any number of captions per image and hard negatives.
-
-This is the functional core; :mod:`vlr_plugins.losses.infonce` wraps it in modules.
+"""The functional core of the InfoNCE losses (torch's ``nn.functional`` convention):
+:func:`multi_positive_infonce`, symmetric image-text InfoNCE with any number of captions
+per image and hard negatives; :mod:`vlr_plugins.losses.infonce` wraps it in modules.
 """
 
 from __future__ import annotations
