@@ -272,3 +272,16 @@ def test_export_of_pretrained_blip_names_its_image_space(tiny_tokenizer, tmp_pat
         hidden = blip.eval().text_encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
         expected = F.normalize(blip.text_proj(hidden[:, 0, :]), dim=-1)
         assert torch.equal(model.encode_text(**batch), expected)
+
+
+def test_named_and_pooled_views_record_their_budgets(tiny_encoder, tmp_path):
+    import dataclasses
+
+    from vlr_plugins.recipe import TextView, TextViews, load_recipe
+
+    views = TextViews((TextView(("caption", "paragraph"), 64, "random", 1, name="summary"),
+                       TextView(("caption", "positives"), 40, "random", 1)))
+    recipe = dataclasses.replace(load_recipe("paragraph/c5"), text_views=views)
+    out = export_text_encoder(tiny_encoder, tmp_path / "views", recipe=recipe.to_dict())
+    config = json.loads((out / "config.json").read_text())
+    assert config["token_budgets"] == {"summary": 64, "caption|positives": 40}

@@ -72,6 +72,11 @@ class TextView:
         """The field, or the candidate fields joined by ``|``, for messages."""
         return "|".join(self.fields)
 
+    @property
+    def key(self) -> str:
+        """What a model records this view's budget under: its name, else :attr:`label`."""
+        return self.name or self.label
+
     def texts_of(self, sample: TextSample) -> tuple[str, ...]:
         """Every candidate text of ``sample`` for this view, field by field."""
         return tuple(t for f in self.fields for t in sample.texts(f))

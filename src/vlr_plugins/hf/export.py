@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.data.text_views import TextView
 from vlr_plugins.hf.family import FAMILY
 
 __all__ = ["export_text_encoder"]
@@ -41,7 +42,8 @@ def _recipe_fields(recipe: Any) -> tuple[str | None, dict[str, int], str | None]
     views = recipe.get("text_views") or {}
     budgets: dict[str, int] = {}
     for view in (*views.get("positives", ()), *views.get("negatives", ())):
-        budgets[view["field"]] = max(budgets.get(view["field"], 0), int(view["max_tokens"]))
+        key = TextView(**view).key
+        budgets[key] = max(budgets.get(key, 0), int(view["max_tokens"]))
     return recipe.get("name"), budgets, (recipe.get("model") or {}).get("pretrained")
 
 
