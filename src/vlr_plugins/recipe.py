@@ -29,6 +29,7 @@ import yaml
 
 from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.data.sample import TEXT_FIELDS
+from vlr_plugins.errors import UserError
 
 __all__ = [
     "RecipeError",
@@ -48,7 +49,7 @@ __all__ = [
 _TAKE = ("all", "random", "first")
 
 
-class RecipeError(ValueError):
+class RecipeError(UserError, ValueError):
     """A recipe file is invalid; the message names the file and the dotted key."""
 
     def __init__(self, path: str | os.PathLike | None, key: str, message: str) -> None:
