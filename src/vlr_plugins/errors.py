@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["UserError", "UsageError", "MissingFileError", "InputError", "as_user_error", "run_cli"]
+__all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputError", "as_user_error", "run_cli"]
 
 
 class UserError(Exception):
@@ -34,6 +34,11 @@ class UsageError(UserError, ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"{option}: {problem}")
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration value (a model option, a run-config key) is invalid, or contradicts
+    the model or the data; the message names the key."""
 
 
 class MissingFileError(UserError, FileNotFoundError):
