@@ -181,8 +181,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from vlr_plugins.checkpoint_meta import read_checkpoint_meta
     from vlr_plugins.hf import export_text_encoder
-    from vlr_plugins.hf.card import card_files, read_checkpoint_meta
+    from vlr_plugins.hf.card import card_files
 
     meta = read_checkpoint_meta(args.checkpoint)
     name = args.name or os.path.basename(os.path.normpath(args.out))

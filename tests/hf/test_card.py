@@ -60,7 +60,8 @@ def test_the_loss_line_comes_from_the_trained_loss(tiny_world, tiny_encoder_cfg,
     from mmengine.config import Config
     from mmengine.runner import Runner
 
-    from vlr_plugins.hf.card import card_files, read_checkpoint_meta
+    from vlr_plugins.checkpoint_meta import read_checkpoint_meta
+    from vlr_plugins.hf.card import card_files
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.losses import MultiPositiveInfoNCELoss
 

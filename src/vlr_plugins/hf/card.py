@@ -1,8 +1,8 @@
 """Model cards generated from the objects that trained a model and its `vlr eval` results.
 
 Nothing is written by hand: the card's loss line comes from the trained loss object's
-``get_config_dict()`` (recorded in the checkpoint as ``meta['vlr_loss']`` by
-:func:`loss_config`: defaults the recipe left out and a learned temperature included),
+``get_config_dict()``, recorded in the checkpoint as ``meta['vlr_loss']`` (defaults the
+recipe left out and a learned temperature included; see :mod:`vlr_plugins.checkpoint_meta`),
 the rest of what was trained from the recipe recorded beside it (``meta['vlr_recipe']``),
 and the results table and Hub ``model-index`` metadata from `vlr eval`'s JSON.
 :func:`card_files` assembles all of it for ``vlr export``.
@@ -18,8 +18,7 @@ from typing import Any
 from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.errors import MissingFileError
 
-__all__ = ["build_model_card", "write_model_card", "loss_config", "read_checkpoint_meta", "merge_eval_results",
-           "card_files", "METRIC_NAMES"]
+__all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "METRIC_NAMES"]
 
 METRIC_NAMES = {
     "i2t_r1": "I2T R@1", "i2t_r5": "I2T R@5", "i2t_r10": "I2T R@10",
@@ -43,25 +42,6 @@ def _views(views: list[Mapping[str, Any]]) -> str:
         take = "all" if v.get("take", "all") == "all" else f"{v['take']} {v['count']}"
         parts.append(f"{v['field']} ({take}, {v['max_tokens']} tokens)")
     return "; ".join(parts)
-
-
-def loss_config(loss: Any) -> dict[str, Any] | None:
-    """``{"type": <registered name>, **loss.get_config_dict()}`` in plain JSON types, for a
-    checkpoint's ``meta['vlr_loss']``; ``None`` for a loss without ``get_config_dict``.
-
-    Read it when the checkpoint is written, so a learnable temperature is the learned one.
-
-    Example::
-
-        >>> loss_config(MultiPositiveInfoNCELoss(temperature=0.05))["variant"]  # doctest: +SKIP
-        'mean_log'
-    """
-    from vlr_plugins.registry import LOSSES
-
-    if not callable(getattr(loss, "get_config_dict", None)):
-        return None
-    name = next((e.name for e in LOSSES.entries() if e.obj is type(loss)), type(loss).__name__)
-    return json.loads(json.dumps({"type": name, **loss.get_config_dict()}))
 
 
 def _value(value: Any) -> str:
@@ -90,8 +70,9 @@ def build_model_card(
     """A ``huggingface_hub.ModelCard`` for a model trained with ``recipe`` (``Recipe.to_dict()``).
 
     ``loss``: the configuration of the loss object that trained the model (``meta['vlr_loss']``,
-    see :func:`loss_config`); without it the card shows the recipe's ``loss`` mapping as
-    written and says that defaults and a learned temperature are missing from it.
+    see :func:`vlr_plugins.checkpoint_meta.loss_config`); without it the card shows the
+    recipe's ``loss`` mapping as written and says that defaults and a learned temperature
+    are missing from it.
     ``eval_results``: the JSON `vlr eval` writes (``{"recall": {bench: metrics}, "budgets": ...}``);
     each recall becomes an ``EvalResult`` in the card's ``model-index``.
     """
@@ -145,20 +126,6 @@ def write_model_card(card, folder: str | os.PathLike) -> str:
     return path
 
 
-def read_checkpoint_meta(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    """The ``meta`` of a ``vlr train`` / ``vlr lavis-export`` checkpoint (``{}`` for a
-    ``blip:<name>`` spec, which has none), read without loading the weights."""
-    import torch
-
-    checkpoint = str(checkpoint)
-    if checkpoint.startswith("blip:"):
-        return {}
-    if not os.path.isfile(checkpoint):
-        raise MissingFileError(f"no checkpoint at {checkpoint}")
-    # mmap: only the metadata is read here; the weights stay on disk
-    return torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True).get("meta") or {}
-
-
 def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, Any]:
     """Several `vlr eval` ``results.json`` of one model merged (later files win per benchmark):
     ``{"recall": {bench: metrics}, "budgets": {bench: n}}``."""
@@ -189,7 +156,7 @@ def card_files(
     license: str | None = None,
 ) -> dict[str, str]:
     """The files ``vlr export`` adds to an export folder, from a checkpoint's ``meta``
-    (:func:`read_checkpoint_meta`) and `vlr eval` results files.
+    (:func:`vlr_plugins.checkpoint_meta.read_checkpoint_meta`) and `vlr eval` results files.
 
     ``README.md``: the model card, when the checkpoint records its recipe
     (``meta['vlr_recipe']``; the loss line from ``meta['vlr_loss']`` when recorded);

@@ -55,7 +55,7 @@ def write_vlr_checkpoint(model, out: str | os.PathLike, recipe: dict | None = No
     ``meta`` holds the encoder's architecture, ``recipe`` when given, and the configuration
     of the model's ``vlr_plugins`` loss (``meta['vlr_loss']``, with a learned temperature
     as loaded from the trained checkpoint) for the model card of ``vlr export``."""
-    from vlr_plugins.hf.card import loss_config
+    from vlr_plugins.checkpoint_meta import loss_config
 
     out = Path(out)
     tok_dir = out.with_name(out.stem + "-tokenizer")

@@ -58,7 +58,7 @@ class WeightsOnlyCheckpointHook(Hook):
     Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
     checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), and for model
     cards the recipe (``meta['vlr_recipe']``) and the configuration of the loss as it is
-    when saved (``meta['vlr_loss']``, :func:`vlr_plugins.hf.card.loss_config`).
+    when saved (``meta['vlr_loss']``, :func:`vlr_plugins.checkpoint_meta.loss_config`).
 
     Runs last when saving (after hooks that add to the checkpoint) and converts back
     after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
@@ -67,7 +67,7 @@ class WeightsOnlyCheckpointHook(Hook):
     priority = "VERY_LOW"
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        from vlr_plugins.hf.card import loss_config
+        from vlr_plugins.checkpoint_meta import loss_config
 
         model = getattr(runner.model, "module", runner.model)
         encoder = getattr(model, "text_encoder", None)
