@@ -282,3 +282,11 @@ def test_vlr_openclip_train_reports_a_refusal_as_vlr_does(tiny_data, capsys, mon
     assert vlr(["openclip-train", "--train-data", tiny_data["jsonl"], "--model", "vlr-tiny", "--siglip"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: vlr openclip-train: cannot run this combination") and "--siglip" in err
+
+
+def test_a_loss_that_cannot_be_built_is_a_user_error(tiny_data):
+    from vlr_plugins.errors import UserError
+
+    with pytest.raises(UserError, match="temperature must be > 0"):
+        resolve_arguments(["--train-data", tiny_data["jsonl"], "--model", "vlr-tiny",
+                           "--vlr-loss-args", "{temperature: -1}"])

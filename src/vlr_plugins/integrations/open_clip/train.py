@@ -333,7 +333,9 @@ def _check_loss_and_short(o: VLRTrainOptions) -> None:
     """Build the loss once now, so a bad name or argument fails before any data is read."""
     from vlr_plugins.integrations.open_clip.loss import build_openclip_loss
 
-    wants_short = build_openclip_loss(o.loss, o.temperature).wants_short_captions
+    # the adapter refuses a loss it cannot drive (a learnable temperature of its own...)
+    with as_user_error(ValueError):
+        wants_short = build_openclip_loss(o.loss, o.temperature).wants_short_captions
     if wants_short:
         o.short = o.short or "first-sentence"
         if o.views is not None and (o.views.negatives or o.views.max_positives != 1):
