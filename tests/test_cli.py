@@ -178,3 +178,13 @@ def test_eval_names_a_malformed_truncation_and_a_missing_model(tiny_world, tmp_p
     assert main(["eval", "--model", str(tmp_path / "absent.pth"), "--benchmarks", str(bench)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "absent.pth" in err
+
+
+def test_dump_config_into_a_missing_folder_is_named(tmp_path, tiny_world, tiny_encoder_cfg, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+    target = tmp_path / "absent" / "cfg.py"
+    assert main(["train", str(recipe), "--train", tiny_world["train"], "--image-embeddings",
+                 tiny_world["image_embeddings"], "--dump-config", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "absent" in err

@@ -91,7 +91,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg.resume = True
         cfg.load_from = None if args.resume == "auto" else args.resume
     if args.dump_config:
-        cfg.dump(args.dump_config)
+        with as_user_error(OSError):  # a folder that does not exist, or one not writable
+            cfg.dump(args.dump_config)
         print(f"wrote {args.dump_config}")
         return 0
     runner = Runner.from_cfg(cfg)
