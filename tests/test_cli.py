@@ -132,3 +132,59 @@ def torch_allclose_unit_norm(emb):
     import torch
 
     return torch.allclose(emb.norm(dim=-1), torch.ones(len(emb)), atol=1e-5)
+
+
+def test_a_bug_in_a_command_shows_its_traceback_not_an_error_line(monkeypatch, capsys):
+    import vlr_plugins.cli as cli
+
+    def broken(args):
+        return 1 // 0
+
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "cmd_list", broken)
+    with pytest.raises(ZeroDivisionError):
+        main(["list"])
+    assert "error:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["train", "paragraph/c5", "--set", "train.epochs"], "--set"),
+    (["train", "paragraph/c5", "--set", "train.epochs=[1"], "--set"),
+    (["eval", "--model", "m.pth", "--benchmarks", "b.yaml", "--budget", "short=x"], "--budget"),
+])
+def test_a_malformed_option_is_named_in_one_error_line(argv, option, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {option}: "), err
+
+
+def test_vlr_debug_shows_the_traceback_of_a_bad_input(monkeypatch):
+    from vlr_plugins.errors import UsageError
+
+    monkeypatch.setenv("VLR_DEBUG", "1")
+    with pytest.raises(UsageError, match="--set"):
+        main(["train", "paragraph/c5", "--set", "nokey"])
+
+
+def test_eval_names_a_malformed_truncation_and_a_missing_model(tiny_world, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    bench = tmp_path / "b.yaml"
+    bench.write_text(f"benchmarks:\n  - {{name: short, reader: retrieval_jsonl, path: {tiny_world['eval_short']}, "
+                     f"item_embeddings: {tiny_world['image_embeddings']}, max_tokens: 20}}\n")
+    assert main(["eval", "--model", str(tmp_path / "absent.pth"), "--benchmarks", str(bench),
+                 "--truncation", "20,forty"]) == 2
+    assert "error: --truncation: " in capsys.readouterr().err
+    assert main(["eval", "--model", str(tmp_path / "absent.pth"), "--benchmarks", str(bench)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "absent.pth" in err
+
+
+def test_dump_config_into_a_missing_folder_is_named(tmp_path, tiny_world, tiny_encoder_cfg, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+    target = tmp_path / "absent" / "cfg.py"
+    assert main(["train", str(recipe), "--train", tiny_world["train"], "--image-embeddings",
+                 tiny_world["image_embeddings"], "--dump-config", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "absent" in err

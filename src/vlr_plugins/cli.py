@@ -1,8 +1,9 @@
 """The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, precompute, eval, export, push, demo.
 
-Every command exits non-zero with a one-line ``error:`` message naming the file, record
-and field when its input is bad (``VLR_DEBUG=1`` shows the traceback instead); nothing
-it writes is left half-written.
+Every command exits with status 2 and a one-line ``error:`` message naming the file,
+record and field when its input is bad (a :class:`~vlr_plugins.errors.UserError`;
+``VLR_DEBUG=1`` shows the traceback instead); any other exception is a bug and shows its
+traceback. Nothing a command writes is left half-written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from vlr_plugins.errors import MissingFileError, UsageError, UserError, as_user_error, run_cli
+
 __all__ = ["main"]
 
 
@@ -24,12 +27,17 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--set expects KEY=VALUE, found {item!r}")
+            raise UsageError("--set", f"expected KEY=VALUE, found {item!r}")
         node = out
         *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            # the message of a MarkedYAMLError spans lines (it quotes the input); keep its gist
+            problem = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise UsageError("--set", f"{item!r}: the value is not valid YAML: {problem}") from None
     return out
 
 
@@ -78,16 +86,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or f"work_dirs/{recipe.name}"
     cfg = Config(recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher))
     if args.resume:
+        if args.resume != "auto" and not os.path.isfile(args.resume):
+            raise MissingFileError(f"--resume: no checkpoint at {args.resume}")
         cfg.resume = True
         cfg.load_from = None if args.resume == "auto" else args.resume
     if args.dump_config:
-        cfg.dump(args.dump_config)
+        with as_user_error(OSError):  # a folder that does not exist, or one not writable
+            cfg.dump(args.dump_config)
         print(f"wrote {args.dump_config}")
         return 0
     runner = Runner.from_cfg(cfg)
-    runner.train()
-    if recipe.eval:
-        runner.test()
+    # the recipe's files were checked above; an embedding store without its index or a
+    # shard is found missing only when read
+    with as_user_error(FileNotFoundError):
+        runner.train()
+        if recipe.eval:
+            runner.test()
     return 0
 
 
@@ -96,113 +110,94 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
     from vlr_plugins.data.precompute import list_images, load_encoder, precompute_image_embeddings
 
-    encoder = load_encoder(args.encoder, **({"device": args.device} if args.encoder.startswith("blip:") else {}))
-    images = list_images(args.images)
+    options = {"device": args.device} if args.encoder.startswith("blip:") else {}
+    with as_user_error(ValueError):  # a malformed --encoder spec
+        encoder = load_encoder(args.encoder, **options)
+    with as_user_error(FileNotFoundError, ValueError):  # no such folder or list; listed images missing
+        images = list_images(args.images)
     dtype = {"float32": torch.float32, "float16": torch.float16}[args.dtype]
-    store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size, dtype=dtype,
-                                        meta={"encoder": args.encoder}, overwrite=args.overwrite)
+    # --out exists (FileExistsError); --batch-size < 1, or the encoder's output has the wrong shape
+    with as_user_error(FileExistsError, ValueError):
+        store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size,
+                                            dtype=dtype, meta={"encoder": args.encoder},
+                                            overwrite=args.overwrite)
     print(f"wrote {len(store)} embeddings of dim {store.dim} to {args.out}")
     return 0
 
 
-def _pairs(items: Sequence[str] | None, what: str) -> dict[str, int]:
+def _pairs(items: Sequence[str] | None, option: str) -> dict[str, int]:
+    """``["short=20"]`` -> ``{"short": 20}``."""
     out = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not value.isdigit():
-            raise ValueError(f"{what} expects NAME=INTEGER, found {item!r}")
+            raise UsageError(option, f"expected NAME=INTEGER, found {item!r}")
         out[name] = int(value)
     return out
+
+
+def _integers(text: str | None, option: str) -> list[int] | None:
+    """``"20,40,77"`` -> ``[20, 40, 77]``."""
+    if not text:
+        return None
+    try:
+        return [int(b) for b in text.split(",")]
+    except ValueError:
+        raise UsageError(option, f"expected integers such as 20,40,77, found {text!r}") from None
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    from vlr_plugins._io import atomic_write_json, atomic_write_text
-    from vlr_plugins.eval.evaluate import evaluate_benchmarks, load_benchmark_specs
-    from vlr_plugins.eval.protocols import token_budgets
-    from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
+    from vlr_plugins.eval import evaluate_benchmarks, load_benchmark_specs, token_budgets
+    from vlr_plugins.eval.report_files import write_eval_report
     from vlr_plugins.text import load_text_encoder
 
-    specs = load_benchmark_specs(args.benchmarks)
     protocol = None if args.protocol in (None, "none") else args.protocol
-    budgets = token_budgets(protocol, _pairs(args.budget, "--budget"))
-    truncation = [int(b) for b in args.truncation.split(",")] if args.truncation else None
-    encoder = load_text_encoder(args.model).to(args.device)
+    with as_user_error(KeyError, ValueError):  # an unknown --protocol; a --budget below 3
+        budgets = token_budgets(protocol, _pairs(args.budget, "--budget"))
+    truncation = _integers(args.truncation, "--truncation")
+    with as_user_error(FileNotFoundError):
+        specs = load_benchmark_specs(args.benchmarks)
+    with as_user_error(FileNotFoundError, ValueError):  # no checkpoint, or not one of `vlr train`
+        encoder = load_text_encoder(args.model).to(args.device)
     tokenizer_path = args.tokenizer or getattr(encoder, "tokenizer_path", None)
     if not tokenizer_path:
-        raise ValueError("the encoder names no tokenizer; pass --tokenizer")
+        raise UsageError("--tokenizer", f"{args.model} names no tokenizer; pass one")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
-    with torch.inference_mode():
+    # a benchmark without a budget (KeyError), a --truncation budget the encoder cannot take
+    # (ValueError), a benchmark file or store that is not there
+    with torch.inference_mode(), as_user_error(KeyError, ValueError, FileNotFoundError):
         result = evaluate_benchmarks(encoder, tokenizer, specs, budgets=budgets, truncation=truncation,
                                      batch_size=args.batch_size, device=args.device)
-    out = args.out
-    report = {"model": str(args.model), "label": label, "protocol": protocol, **result}
-    atomic_write_json(os.path.join(out, "results.json"), report)
-    names = list(result["recall"])
-    table = recall_table_markdown({label: result["recall"]}, names, ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5"))
-    budgets_line = ", ".join(f"{n} {b}" for n, b in result["budgets"].items())
-    atomic_write_text(os.path.join(out, "results.md"),
-                      f"# Retrieval: {label}\n\nToken budgets: {budgets_line}. Recall in %.\n\n{table}")
-    try:
-        plot_recall_bars({label: result["recall"]}, names, os.path.join(out, "recall.png"), title=label)
-        if truncation:
-            from vlr_plugins.eval.truncation import plot_truncation
-
-            for name, curve in result["truncation"].items():
-                plot_truncation({label: curve}, os.path.join(out, f"truncation-{name.replace('/', '-')}.png"))
-    except ImportError:
+    report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol)
+    if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
-    print(table)
-    print(f"results: {out}/results.json, {out}/results.md")
+    print(report["table"])
+    print(f"results: {report['json']}, {report['markdown']}")
     return 0
 
 
-def _merged_eval(paths: Sequence[str] | None) -> dict:
-    """Several `vlr eval` results.json of one model merged (later files win per benchmark)."""
-    import json
-
-    merged: dict = {"recall": {}, "budgets": {}}
-    for path in paths or []:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-        if not isinstance(result, dict) or not isinstance(result.get("recall"), dict):
-            raise ValueError(f"{path}: expected the results.json of `vlr eval` (a 'recall' mapping)")
-        merged["recall"].update(result["recall"])
-        merged["budgets"].update(result.get("budgets") or {})
-    return merged
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    import json
-
-    import torch
-
+    from vlr_plugins.checkpoint_meta import read_checkpoint_meta
     from vlr_plugins.hf import export_text_encoder
-    from vlr_plugins.hf.card import build_model_card
+    from vlr_plugins.hf.card import card_files
 
-    meta: dict = {}
-    if not args.checkpoint.startswith("blip:"):
-        if not os.path.isfile(args.checkpoint):
-            raise FileNotFoundError(f"no checkpoint at {args.checkpoint}")
-        # mmap: only the metadata is read here; the weights are read once, by the export
-        meta = torch.load(args.checkpoint, map_location="cpu", weights_only=True, mmap=True).get("meta") or {}
-    recipe = meta.get("vlr_recipe")
-    evals = _merged_eval(args.eval)
+    meta = read_checkpoint_meta(args.checkpoint)
     name = args.name or os.path.basename(os.path.normpath(args.out))
-    extra = {"eval_results.json": json.dumps(evals, indent=2) + "\n"} if args.eval else {}
-    if recipe is not None:
-        encoder_dim = (meta.get("vlr_text_encoder") or {}).get("embed_dim")
-        card = build_model_card(recipe, model_name=name, repo_id=args.repo_id, eval_results=evals,
-                                embed_dim=encoder_dim, license=args.license)
-        extra["README.md"] = str(card)
-    else:
+    extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval,
+                       license=args.license)
+    if "README.md" not in extra:
         print("no recipe recorded with this model: no model card written", file=sys.stderr)
-    out = export_text_encoder(args.checkpoint, args.out, tokenizer=args.tokenizer, recipe=recipe,
-                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra)
+    # the folder exists (FileExistsError); the checkpoint cannot be rebuilt or its tokenizer
+    # does not fit it (ValueError)
+    with as_user_error(FileExistsError, ValueError):
+        out = export_text_encoder(args.checkpoint, args.out, tokenizer=args.tokenizer,
+                                  recipe=meta.get("vlr_recipe"), remote_code=not args.no_remote_code,
+                                  overwrite=args.overwrite, extra_files=extra)
     print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
     return 0
 
@@ -231,8 +226,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _lavis_launcher():
-    from vlr_plugins.errors import UserError
-
     try:
         from vlr_plugins.integrations.lavis import launcher
     except ImportError as e:
@@ -379,27 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``vlr`` with ``argv`` (default: the process's); returns the exit status (see
+    :func:`vlr_plugins.errors.run_cli`: 2 for a :class:`~vlr_plugins.errors.UserError`)."""
     args = build_parser().parse_args(argv)
-    from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
-    from vlr_plugins.errors import UserError
-    from vlr_plugins.recipe import RecipeError
-
-    try:
-        return args.fn(args)
-    except (UserError, RecipeError, DataFormatError, MissingEmbeddingsError, FileNotFoundError,
-            FileExistsError, ValueError, KeyError) as e:
-        if os.environ.get("VLR_DEBUG"):
-            raise
-        # KeyError's str() quotes its message; the others read as written
-        message = e.args[0] if type(e) is KeyError and e.args else e
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `vlr list | head`: the reader left; not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_cli(lambda: args.fn(args))
 
 
 if __name__ == "__main__":

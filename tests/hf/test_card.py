@@ -47,3 +47,62 @@ def test_card_without_results_and_with_a_data_fraction():
     card = build_model_card(recipe, model_name="c5-25")
     assert card.data.eval_results is None and "## Results" not in card.text
     assert "25.0 % of the samples" in card.text
+
+
+def test_the_loss_line_comes_from_the_trained_loss(tiny_world, tiny_encoder_cfg, tmp_path):
+    """Trained with a learnable temperature: the card shows the learned value, not the
+    recipe's initial one, and the defaults the recipe did not write."""
+    pytest.importorskip("mmengine")
+    import inspect
+    import logging
+
+    import torch
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from vlr_plugins.checkpoint_meta import read_checkpoint_meta
+    from vlr_plugins.hf.card import card_files
+    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.losses import MultiPositiveInfoNCELoss
+
+    recipe = load_recipe("paragraph/c5", {
+        "model": tiny_encoder_cfg,
+        "loss": {"temperature": 0.07, "learnable_temperature": True},
+        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
+        "train": {"batch_size": 16, "epochs": 1, "warmup_steps": 1, "num_workers": 0, "lr": 1e-2},
+    })
+    Runner.from_cfg(Config(recipe_to_mmengine_config(recipe, str(tmp_path), log_level="WARNING"))).train()
+    logging.getLogger("mmengine").handlers.clear()
+    checkpoint = tmp_path / "epoch_1.pth"
+
+    learned = torch.load(checkpoint, weights_only=True)["state_dict"]["loss_fn.temperature"].item()
+    variant = inspect.signature(MultiPositiveInfoNCELoss).parameters["variant"].default
+    card = card_files(read_checkpoint_meta(checkpoint), model_name="c5-learned")["README.md"]
+    loss_row = next(line for line in card.splitlines() if line.startswith("| loss |"))
+    assert f"temperature={float(f'{learned:.4g}')!r}," in loss_row and "temperature=0.07," not in loss_row
+    assert f"variant={variant}" in loss_row and "learnable_temperature=True" in loss_row
+    assert "as the recipe wrote it" not in loss_row
+
+    # a checkpoint without the record: the recipe's mapping, and the card says so
+    fallback = card_files({"vlr_recipe": recipe.to_dict()}, model_name="c5-old")["README.md"]
+    loss_row = next(line for line in fallback.splitlines() if line.startswith("| loss |"))
+    assert "temperature=0.07" in loss_row and "variant=" not in loss_row and "as the recipe wrote it" in loss_row
+
+
+def test_eval_results_merge_later_files_first_and_bad_files_are_named(tmp_path):
+    from vlr_plugins.data.errors import DataFormatError
+    from vlr_plugins.errors import MissingFileError
+    from vlr_plugins.hf.card import merge_eval_results
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text('{"recall": {"x": {"i2t_r1": 1.0}, "y": {"i2t_r1": 2.0}}, "budgets": {"x": 77, "y": 77}}')
+    second.write_text('{"recall": {"y": {"i2t_r1": 3.0}}, "budgets": {"y": 128}}')
+    assert merge_eval_results([first, second]) == {"recall": {"x": {"i2t_r1": 1.0}, "y": {"i2t_r1": 3.0}},
+                                                   "budgets": {"x": 77, "y": 128}}
+    assert merge_eval_results(None) == {"recall": {}, "budgets": {}}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"recall": ')
+    with pytest.raises(DataFormatError, match=r"bad\.json, line 1: not valid JSON"):
+        merge_eval_results([bad])
+    with pytest.raises(MissingFileError, match="absent.json"):
+        merge_eval_results([tmp_path / "absent.json"])

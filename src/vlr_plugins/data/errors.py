@@ -1,7 +1,9 @@
 """Errors raised by the data readers and the embedding store.
 
 Both say what was expected, what was found, and where, so that a bad record in a
-500K-line corpus can be fixed without a debugger.
+500K-line corpus can be fixed without a debugger. Both are :class:`~vlr_plugins.errors.UserError`
+(``vlr`` reports them as one ``error:`` line) and keep their standard base (``ValueError``,
+``KeyError``) for callers that catch those.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from typing import Any
+
+from vlr_plugins.errors import UserError
 
 __all__ = ["DataFormatError", "MissingEmbeddingsError"]
 
@@ -22,7 +26,7 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A file does not hold what its reader expects.
 
     Attributes:
@@ -60,7 +64,7 @@ class DataFormatError(ValueError):
         super().__init__(f"{', '.join(where)}: {problem}")
 
 
-class MissingEmbeddingsError(KeyError):
+class MissingEmbeddingsError(UserError, KeyError):
     """Some ids have no row in an embedding store; lists all of them at once.
 
     Attributes:

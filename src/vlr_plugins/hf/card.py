@@ -1,18 +1,24 @@
-"""Model cards generated from the recipe that trained a model and its `vlr eval` results.
+"""Model cards generated from the objects that trained a model and its `vlr eval` results.
 
-Nothing is written by hand: the card's table, loss line and Hub ``model-index``
-metadata come from the objects that produced the checkpoint.
+Nothing is written by hand: the card's loss line comes from the trained loss object's
+``get_config_dict()``, recorded in the checkpoint as ``meta['vlr_loss']`` (defaults the
+recipe left out and a learned temperature included; see :mod:`vlr_plugins.checkpoint_meta`),
+the rest of what was trained from the recipe recorded beside it (``meta['vlr_recipe']``),
+and the results table and Hub ``model-index`` metadata from `vlr eval`'s JSON.
+:func:`card_files` assembles all of it for ``vlr export``.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vlr_plugins._shipped import shipped_dirs
+from vlr_plugins.errors import MissingFileError
 
-__all__ = ["build_model_card", "write_model_card", "METRIC_NAMES"]
+__all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "METRIC_NAMES"]
 
 METRIC_NAMES = {
     "i2t_r1": "I2T R@1", "i2t_r5": "I2T R@5", "i2t_r10": "I2T R@10",
@@ -38,10 +44,21 @@ def _views(views: list[Mapping[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def _value(value: Any) -> str:
+    # a learned temperature is a float32 read back as float64: 4 significant digits suffice
+    return repr(float(f"{value:.4g}")) if isinstance(value, float) else str(value)
+
+
+def _loss_line(loss: Mapping[str, Any]) -> str:
+    rest = {k: v for k, v in loss.items() if k != "type"}
+    return f"{loss['type']}({', '.join(f'{k}={_value(v)}' for k, v in rest.items())})"
+
+
 def build_model_card(
     recipe: Mapping[str, Any],
     *,
     model_name: str,
+    loss: Mapping[str, Any] | None = None,
     repo_id: str | None = None,
     eval_results: Mapping[str, Any] | None = None,
     architecture: str = "BLIP text encoder + text projection",
@@ -52,6 +69,10 @@ def build_model_card(
 ):
     """A ``huggingface_hub.ModelCard`` for a model trained with ``recipe`` (``Recipe.to_dict()``).
 
+    ``loss``: the configuration of the loss object that trained the model (``meta['vlr_loss']``,
+    see :func:`vlr_plugins.checkpoint_meta.loss_config`); without it the card shows the
+    recipe's ``loss`` mapping as written and says that defaults and a learned temperature
+    are missing from it.
     ``eval_results``: the JSON `vlr eval` writes (``{"recall": {bench: metrics}, "budgets": ...}``);
     each recall becomes an ``EvalResult`` in the card's ``model-index``.
     """
@@ -75,15 +96,14 @@ def build_model_card(
         tags=["vlr-plugins", "image-text-retrieval", "feature-extraction", f"recipe-{recipe['name']}"],
         model_name=model_name, eval_results=results or None, pipeline_tag="feature-extraction",
     )
-    loss = dict(recipe["loss"])
-    loss_line = f"{loss.pop('type')}({', '.join(f'{k}={v}' for k, v in loss.items())})"
     card = ModelCard.from_template(
         data,
         template_path=_template(template),
         model_name=model_name,
         repo_id=repo_id or model_name,
         recipe=recipe,
-        loss_line=loss_line,
+        loss_line=_loss_line(loss if loss is not None else recipe["loss"]),
+        loss_from_recipe=loss is None,
         positives=_views(list(views["positives"])),
         negatives=_views(list(views["negatives"])),
         architecture=architecture,
@@ -104,3 +124,51 @@ def write_model_card(card, folder: str | os.PathLike) -> str:
     path = os.path.join(folder, "README.md")
     atomic_write_text(path, str(card))
     return path
+
+
+def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, Any]:
+    """Several `vlr eval` ``results.json`` of one model merged (later files win per benchmark):
+    ``{"recall": {bench: metrics}, "budgets": {bench: n}}``."""
+    from vlr_plugins.data.errors import DataFormatError
+
+    merged: dict[str, Any] = {"recall": {}, "budgets": {}}
+    for path in paths or []:
+        try:
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+        except FileNotFoundError:
+            raise MissingFileError(f"no `vlr eval` results at {path}") from None
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, f"not valid JSON: {e.msg}", record=e.lineno) from None
+        if not isinstance(result, dict) or not isinstance(result.get("recall"), dict):
+            raise DataFormatError(path, "expected the results.json of `vlr eval` (a 'recall' mapping)")
+        merged["recall"].update(result["recall"])
+        merged["budgets"].update(result.get("budgets") or {})
+    return merged
+
+
+def card_files(
+    meta: Mapping[str, Any],
+    *,
+    model_name: str,
+    repo_id: str | None = None,
+    eval_paths: Sequence[str | os.PathLike] | None = None,
+    license: str | None = None,
+) -> dict[str, str]:
+    """The files ``vlr export`` adds to an export folder, from a checkpoint's ``meta``
+    (:func:`vlr_plugins.checkpoint_meta.read_checkpoint_meta`) and `vlr eval` results files.
+
+    ``README.md``: the model card, when the checkpoint records its recipe
+    (``meta['vlr_recipe']``; the loss line from ``meta['vlr_loss']`` when recorded);
+    ``eval_results.json``: the merged results (:func:`merge_eval_results`), when
+    ``eval_paths`` names any. Pass the result as ``export_text_encoder(extra_files=...)``.
+    """
+    evals = merge_eval_results(eval_paths)
+    files = {"eval_results.json": json.dumps(evals, indent=2) + "\n"} if eval_paths else {}
+    recipe = meta.get("vlr_recipe")
+    if recipe is not None:
+        encoder_dim = (meta.get("vlr_text_encoder") or {}).get("embed_dim")
+        card = build_model_card(recipe, model_name=model_name, loss=meta.get("vlr_loss"), repo_id=repo_id,
+                                eval_results=evals, embed_dim=encoder_dim, license=license)
+        files["README.md"] = str(card)
+    return files

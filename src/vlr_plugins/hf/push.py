@@ -103,10 +103,12 @@ def _translate(exc: BaseException, *, repo_id: str, endpoint: str, revision: str
                secrets: tuple[str, ...]) -> PushError | None:
     """A :class:`PushError` for a Hub or connection failure, or None to let ``exc`` through."""
     import httpx2
-    from huggingface_hub.errors import OfflineModeIsEnabled, RevisionNotFoundError
+    from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled, RevisionNotFoundError
 
     if isinstance(exc, OfflineModeIsEnabled):
         return PushError("HF_HUB_OFFLINE is set: pushing needs the network; unset HF_HUB_OFFLINE")
+    if isinstance(exc, HFValidationError):  # refused locally, before any request: a malformed repo id
+        return PushError(f"not a valid Hub repository id ({_mask(str(exc), secrets)})")
     err = _http_error(exc)
     if err is None:
         if isinstance(exc, httpx2.TransportError):

@@ -249,6 +249,10 @@ def test_lavis_export_writes_a_text_encoder_that_vlr_export_rebuilds(built, tmp_
     encoder = load_text_encoder(out)
     meta = torch.load(out, weights_only=True)["meta"]
     assert meta["vlr_recipe"]["name"] == "C5" and meta["vlr_recipe"]["loss"]["type"] == "MultiPositiveInfoNCELoss"
+    # the card's loss line: the model's loss object as configured, defaults included
+    assert meta["vlr_loss"] == json.loads(json.dumps({"type": "MultiPositiveInfoNCELoss",
+                                                      **model.loss_fn.get_config_dict()}))
+    assert "variant" in meta["vlr_loss"] and "variant" not in meta["vlr_recipe"]["loss"]
     tok = AutoTokenizer.from_pretrained(meta["vlr_text_encoder"]["tokenizer"])
     texts = ["a red car", _long_paragraph(tiny_world, 126), json.loads(
         Path(tiny_world["train"]).read_text().splitlines()[0])["paragraph"]]

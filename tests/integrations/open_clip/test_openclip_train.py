@@ -257,3 +257,36 @@ def test_add_cli_hands_every_argument_through():
     )
     assert args.argv == ["--train-data", "x.jsonl", "--vlr-loss", "InfoNCELoss", "--help"]
     assert callable(args.fn)
+
+
+@pytest.mark.parametrize(
+    "extra, option",
+    [
+        (["--vlr-loss-args", "[1, 2]"], "--vlr-loss-args"),
+        (["--vlr-text-views", "{positives: [}"], "--vlr-text-views"),
+        (["--vlr-short-text", "first-sentence"], "--vlr-short-text"),
+    ],
+)
+def test_refusals_are_usage_errors_naming_the_option(tiny_data, extra, option):
+    from vlr_plugins.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        resolve_arguments(["--train-data", tiny_data["jsonl"], "--model", "vlr-tiny", *extra])
+    assert info.value.option == option and str(info.value).startswith(f"{option}: ")
+
+
+def test_vlr_openclip_train_reports_a_refusal_as_vlr_does(tiny_data, capsys, monkeypatch):
+    from vlr_plugins.cli import main as vlr
+
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    assert vlr(["openclip-train", "--train-data", tiny_data["jsonl"], "--model", "vlr-tiny", "--siglip"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: vlr openclip-train: cannot run this combination") and "--siglip" in err
+
+
+def test_a_loss_that_cannot_be_built_is_a_user_error(tiny_data):
+    from vlr_plugins.errors import UserError
+
+    with pytest.raises(UserError, match="temperature must be > 0"):
+        resolve_arguments(["--train-data", tiny_data["jsonl"], "--model", "vlr-tiny",
+                           "--vlr-loss-args", "{temperature: -1}"])

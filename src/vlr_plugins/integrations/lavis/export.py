@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from vlr_plugins._io import atomic_open
+from vlr_plugins.errors import ConfigError
 
 __all__ = ["text_encoder_config", "write_vlr_checkpoint"]
 
@@ -40,7 +41,7 @@ def text_encoder_config(model, tokenizer_dir: str) -> dict[str, Any]:
     """``meta['vlr_text_encoder']`` for ``model`` (a ``BlipRetrievalTextOnly``)."""
     med = model.text_encoder.config
     if getattr(med, "add_type_embeddings", False):
-        raise ValueError("this text tower has token-type embeddings, which BlipTextModel lacks")
+        raise ConfigError("this text tower has token-type embeddings, which BlipTextModel lacks")
     cfg = {dst: getattr(med, src) for src, dst in _CONFIG_KEYS.items() if hasattr(med, src)}
     tok = model.tokenizer
     cfg |= {"bos_token_id": tok.bos_token_id, "sep_token_id": tok.sep_token_id, "is_decoder": True}
@@ -49,7 +50,13 @@ def text_encoder_config(model, tokenizer_dir: str) -> dict[str, Any]:
 
 
 def write_vlr_checkpoint(model, out: str | os.PathLike, recipe: dict | None = None) -> Path:
-    """Write ``out`` (.pth) and its tokenizer folder ``<out stem>-tokenizer/``."""
+    """Write ``out`` (.pth) and its tokenizer folder ``<out stem>-tokenizer/``.
+
+    ``meta`` holds the encoder's architecture, ``recipe`` when given, and the configuration
+    of the model's ``vlr_plugins`` loss (``meta['vlr_loss']``, with a learned temperature
+    as loaded from the trained checkpoint) for the model card of ``vlr export``."""
+    from vlr_plugins.checkpoint_meta import loss_config
+
     out = Path(out)
     tok_dir = out.with_name(out.stem + "-tokenizer")
     model.tokenizer.save_pretrained(str(tok_dir))
@@ -59,6 +66,9 @@ def write_vlr_checkpoint(model, out: str | os.PathLike, recipe: dict | None = No
                             "source": "vlr_plugins.integrations.lavis (blip_retrieval_textonly)"}
     if recipe is not None:
         meta["vlr_recipe"] = json.loads(json.dumps(recipe))
+    loss = loss_config(getattr(model, "loss_fn", None))
+    if loss is not None:  # the trained loss (a learned temperature too), for the model card
+        meta["vlr_loss"] = loss
     with atomic_open(out, "wb") as f:
         torch.save({"meta": meta, "state_dict": state}, f)
     return out

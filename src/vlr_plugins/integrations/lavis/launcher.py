@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import yaml
 
-from vlr_plugins.errors import UserError
+from vlr_plugins.errors import UserError, as_user_error
 
 __all__ = ["prepare_config", "run", "export", "resolve_cfg_path"]
 
@@ -170,7 +170,10 @@ def run(args: argparse.Namespace, *, evaluate: bool) -> int:
     setup_logger()
     cfg.pretty_print()
     task = tasks.setup_task(cfg)
-    datasets = task.build_datasets(cfg)
+    # the datasets read the files and keys the run config names (a missing file, a split
+    # with neither item_embeddings nor images)
+    with as_user_error(FileNotFoundError, ValueError):
+        datasets = task.build_datasets(cfg)
     model = task.build_model(cfg)
     runner_cls = registry.get_runner_class(cfg.run_cfg.get("runner", "runner_base"))
     runner = runner_cls(cfg=cfg, job_id=datetime.now().strftime("%Y%m%d%H%M"), task=task, model=model,

@@ -38,6 +38,7 @@ from lavis.models.vit import VisionTransformerEncoder, interpolate_pos_embed
 from omegaconf import OmegaConf
 from torch import nn
 
+from vlr_plugins.errors import ConfigError, MissingFileError
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
@@ -62,7 +63,7 @@ def _build_vision(cfg: Mapping) -> VisionTransformerEncoder:
     custom = dict(_plain(custom))
     unknown = set(custom) - {"width", "depth", "heads", "patch_size"}
     if unknown:
-        raise ValueError(f"model.vit: unknown keys {sorted(unknown)} (allowed: width, depth, heads, patch_size)")
+        raise ConfigError(f"model.vit: unknown keys {sorted(unknown)} (allowed: width, depth, heads, patch_size)")
     enc = VisionTransformerEncoder(
         img_size=cfg.get("image_size", 384), patch_size=custom.get("patch_size", 16),
         embed_dim=custom["width"], depth=custom["depth"], num_heads=custom["heads"],
@@ -153,8 +154,8 @@ class BlipRetrievalTextOnly(BlipBase):
     def _check_budget(self, n: int, what: str) -> int:
         n = int(n)
         if not 3 <= n <= self.max_positions:
-            raise ValueError(f"{what}={n}: the text encoder takes 3..{self.max_positions} tokens "
-                             f"(max_position_embeddings of its med config)")
+            raise ConfigError(f"{what}={n}: the text encoder takes 3..{self.max_positions} tokens "
+                              f"(max_position_embeddings of its med config)")
         return n
 
     def _freeze(self) -> None:
@@ -211,7 +212,7 @@ class BlipRetrievalTextOnly(BlipBase):
         elif os.path.isfile(url_or_filename):
             path = url_or_filename
         else:
-            raise FileNotFoundError(f"checkpoint {url_or_filename!r}: no such file, and not a URL")
+            raise MissingFileError(f"checkpoint {url_or_filename!r}: no such file, and not a URL")
         try:
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # an UnpicklingError naming the refused global
@@ -331,7 +332,7 @@ class BlipRetrievalTextOnly(BlipBase):
             neg_emb = emb[len(texts):]
             neg_owner = torch.as_tensor(samples["neg_owner"], device=self.device)
         if image_emb.shape[1] != text_emb.shape[1]:
-            raise ValueError(f"the image embeddings are {image_emb.shape[1]}-d but text_proj gives "
-                             f"{text_emb.shape[1]}-d vectors; they must share one space (embed_dim)")
+            raise ConfigError(f"the image embeddings are {image_emb.shape[1]}-d but text_proj gives "
+                              f"{text_emb.shape[1]}-d vectors; they must share one space (embed_dim)")
         loss = self.loss_fn(image_emb, text_emb, owner, neg_emb, neg_owner)
         return BlipOutput(loss=loss, loss_itc=loss)

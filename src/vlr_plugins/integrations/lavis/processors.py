@@ -15,6 +15,7 @@ from lavis.processors.base_processor import BaseProcessor
 from lavis.processors.blip_processors import BlipCaptionProcessor
 from omegaconf import OmegaConf
 
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.lavis._registry import register
 
 __all__ = ["VlrTextProcessor"]
@@ -31,7 +32,7 @@ class VlrTextProcessor(BaseProcessor):
 
     def __init__(self, prompt: str = "", max_words: int | None = None, blip_clean: bool = False) -> None:
         if max_words is not None and max_words < 1:
-            raise ValueError(f"vlr_text: max_words must be >= 1 or null, found {max_words}")
+            raise ConfigError(f"vlr_text: max_words must be >= 1 or null, found {max_words}")
         self.prompt, self.max_words, self.blip_clean = prompt, max_words, blip_clean
         # BLIP's clean-up itself, with the word cut disabled (max_words applies below)
         self._blip = BlipCaptionProcessor(max_words=10**9)

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.integrations.lavis.datasets import (
@@ -93,13 +94,13 @@ class VlrRetrievalTask(RetrievalTask):
         for split, benches in suites.items():
             others = [n for n, d in datasets.items() if split in d]
             if others:
-                raise ValueError(f"{config_file()}: split {split!r} has LAVIS datasets ({', '.join(others)}) "
-                                 f"and vlr benchmarks; LAVIS evaluates one dataset per split")
+                raise ConfigError(f"{config_file()}: split {split!r} has LAVIS datasets ({', '.join(others)}) "
+                                  f"and vlr benchmarks; LAVIS evaluates one dataset per split")
             self._check_rerank(benches)  # before training, not after it
             names = [b.name for b in benches]
             if len(set(names)) != len(names):
-                raise ValueError(f"{config_file()}: split {split!r} has two benchmarks named alike "
-                                 f"({names}); set 'name:' on the builders")
+                raise ConfigError(f"{config_file()}: split {split!r} has two benchmarks named alike "
+                                  f"({names}); set 'name:' on the builders")
         if suites:
             datasets[SUITE] = {split: VlrRetrievalSuite(b) for split, b in suites.items()}
         return datasets
@@ -169,8 +170,8 @@ class VlrRetrievalTask(RetrievalTask):
     def _check_rerank(self, benches: Sequence[VlrRetrievalEvalDataset]) -> None:
         missing = [b.name for b in benches if not b.with_images]
         if self.rerank and missing:
-            raise ValueError(f"{config_file()}: run.rerank needs the images of {', '.join(missing)} "
-                             f"(build_info.images.storage): ITM cross-attends to the ViT's tokens")
+            raise ConfigError(f"{config_file()}: run.rerank needs the images of {', '.join(missing)} "
+                              f"(build_info.images.storage): ITM cross-attends to the ViT's tokens")
 
     @staticmethod
     def metrics(engine_result: Mapping[str, float]) -> dict[str, float]:

@@ -56,8 +56,9 @@ class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
 
     Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
-    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), and the recipe
-    (``meta['vlr_recipe']``) for model cards.
+    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), and for model
+    cards the recipe (``meta['vlr_recipe']``) and the configuration of the loss as it is
+    when saved (``meta['vlr_loss']``, :func:`vlr_plugins.checkpoint_meta.loss_config`).
 
     Runs last when saving (after hooks that add to the checkpoint) and converts back
     after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
@@ -66,6 +67,8 @@ class WeightsOnlyCheckpointHook(Hook):
     priority = "VERY_LOW"
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        from vlr_plugins.checkpoint_meta import loss_config
+
         model = getattr(runner.model, "module", runner.model)
         encoder = getattr(model, "text_encoder", None)
         if hasattr(encoder, "to_config"):
@@ -75,6 +78,9 @@ class WeightsOnlyCheckpointHook(Hook):
         recipe = runner.cfg.get("vlr_recipe")
         if recipe is not None:  # for model cards and exports (plain types only)
             checkpoint.setdefault("meta", {})["vlr_recipe"] = json.loads(json.dumps(recipe.to_dict()))
+        loss = loss_config(getattr(model, "loss_fn", None))
+        if loss is not None:  # the card's loss line: defaults and a learned temperature included
+            checkpoint.setdefault("meta", {})["vlr_loss"] = loss
         for key in ("meta", "message_hub"):
             if key in checkpoint:
                 checkpoint[key] = to_weights_only(checkpoint[key])

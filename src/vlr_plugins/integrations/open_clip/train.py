@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from vlr_plugins.errors import UsageError, as_user_error, run_cli
 from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name
 from vlr_plugins.integrations.open_clip.loss import TEMPERATURE_SOURCES
 from vlr_plugins.integrations.open_clip.patch import VLRTrainOptions, patched_open_clip_train
@@ -137,7 +138,7 @@ def _yaml(text: str | None, what: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValueError(f"{what}: not valid YAML: {e}") from None
+        raise UsageError(what, f"not valid YAML: {e}") from None
 
 
 def _views(spec: Any, loss: dict[str, Any]) -> TextViews:
@@ -145,7 +146,7 @@ def _views(spec: Any, loss: dict[str, Any]) -> TextViews:
     if isinstance(spec, list):
         spec = {"positives": spec}
     if not isinstance(spec, dict):
-        raise ValueError(f"--vlr-text-views: expected a mapping or a list of views, found {spec!r}")
+        raise UsageError("--vlr-text-views", f"expected a mapping or a list of views, found {spec!r}")
     views = build_text_views(spec, "--vlr-text-views", key="text_views")
     check_loss_against_views(loss, views, "--vlr-text-views")
     return views
@@ -214,7 +215,8 @@ def _recipe_defaults(recipe: Recipe, argv: Sequence[str]) -> list[str]:
 
 def resolve_arguments(argv: Sequence[str]) -> tuple[VLRTrainOptions, list[str]]:
     """Split ``argv`` into our options and the arguments for ``open_clip_train.main.main``,
-    and refuse combinations the vlr losses cannot serve (``ValueError`` saying why)."""
+    and refuse combinations the vlr losses cannot serve (a ``UsageError``, which is a
+    ``ValueError``, naming the option; a ``RecipeError`` for a bad recipe or views)."""
     from open_clip_train.params import parse_args as parse_open_clip_args
 
     ours, rest = build_parser().parse_known_args(list(argv))
@@ -227,7 +229,7 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[VLRTrainOptions, list[str]]:
     loss_args = _yaml(ours.vlr_loss_args, "--vlr-loss-args")
     if loss_args is not None:
         if not isinstance(loss_args, dict):
-            raise ValueError(f"--vlr-loss-args: expected a mapping, found {loss_args!r}")
+            raise UsageError("--vlr-loss-args", f"expected a mapping, found {loss_args!r}")
         loss.update(loss_args)
     spec = _yaml(ours.vlr_text_views, "--vlr-text-views")
     views = recipe.text_views if recipe is not None else None
@@ -247,13 +249,14 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[VLRTrainOptions, list[str]]:
     long_name = parse_long_context_name(a.model)
     if long_name is not None:
         if context_length not in (None, long_name[1]):
-            raise ValueError(f"--vlr-context-length {context_length} contradicts --model {a.model}")
+            raise UsageError("--vlr-context-length", f"{context_length} contradicts --model {a.model}")
         context_length = long_name[1]
     if context_length is not None:
         if a.force_context_length not in (None, context_length):
-            raise ValueError(
-                f"--force-context-length {a.force_context_length} contradicts the "
-                f"context length {context_length} of the stretched model"
+            raise UsageError(
+                "--force-context-length",
+                f"{a.force_context_length} contradicts the context length {context_length} "
+                "of the stretched model",
             )
         # open_clip_train builds its tokenizer (validation, zero-shot) from this option
         rest += ["--force-context-length", str(context_length)]
@@ -281,9 +284,9 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[VLRTrainOptions, list[str]]:
     )
     _check_loss_and_short(options)
     if options.image_embeddings and not a.lock_image:
-        raise ValueError(
-            "--vlr-image-embeddings replaces the vision tower, so it must be frozen: "
-            "add --lock-image"
+        raise UsageError(
+            "--vlr-image-embeddings",
+            "it replaces the vision tower, so that tower must be frozen: add --lock-image",
         )
     return options, rest
 
@@ -324,8 +327,8 @@ def _refuse_unsupported(a: argparse.Namespace, ours: argparse.Namespace) -> None
             "vision tower would train, so its embeddings cannot be precomputed"
         )
     if problems:
-        raise ValueError(
-            "vlr openclip-train cannot run this combination:\n  - " + "\n  - ".join(problems)
+        raise UsageError(
+            "vlr openclip-train", "cannot run this combination:\n  - " + "\n  - ".join(problems)
         )
 
 
@@ -333,20 +336,27 @@ def _check_loss_and_short(o: VLRTrainOptions) -> None:
     """Build the loss once now, so a bad name or argument fails before any data is read."""
     from vlr_plugins.integrations.open_clip.loss import build_openclip_loss
 
-    wants_short = build_openclip_loss(o.loss, o.temperature).wants_short_captions
+    # the adapter refuses a loss it cannot drive (a learnable temperature of its own...)
+    with as_user_error(ValueError):
+        wants_short = build_openclip_loss(o.loss, o.temperature).wants_short_captions
     if wants_short:
         o.short = o.short or "first-sentence"
         if o.views is not None and (o.views.negatives or o.views.max_positives != 1):
-            raise ValueError(
+            raise UsageError(
+                "--vlr-text-views",
                 f"{o.loss['type']} takes one long caption per image (and a short one): "
-                f"give text views with exactly one positive and no negatives"
+                "give text views with exactly one positive and no negatives",
             )
     elif o.short is not None:
-        raise ValueError(f"--vlr-short-text: {o.loss['type']} takes no short captions")
+        raise UsageError("--vlr-short-text", f"{o.loss['type']} takes no short captions")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run open_clip_train with the vlr options; returns the process exit code."""
+    """Run open_clip_train with the vlr options; returns the process exit code.
+
+    Bad options or data raise a :class:`~vlr_plugins.errors.UserError`; the command lines
+    (``vlr openclip-train`` and this module's) report it through
+    :func:`~vlr_plugins.errors.run_cli` as one ``error:`` line and exit 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         build_parser().print_help()
@@ -358,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_long_context_configs()
     options, rest = resolve_arguments(argv)
     print(f"vlr: {_summary(options)}", file=sys.stderr)
-    with patched_open_clip_train(options):
+    # a training file, image or embedding-store shard that is not there is found when read
+    with patched_open_clip_train(options), as_user_error(FileNotFoundError):
         code = open_clip_main(rest)
     return 0 if code in (None, 0) else 1
 
@@ -392,25 +403,5 @@ def _summary(o: VLRTrainOptions) -> str:
     return "; ".join(parts)
 
 
-def _command_line() -> int:
-    from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
-
-    try:
-        return main()
-    except (
-        RecipeError,
-        DataFormatError,
-        MissingEmbeddingsError,
-        FileNotFoundError,
-        ValueError,
-        KeyError,
-    ) as e:
-        if os.environ.get("VLR_DEBUG"):
-            raise
-        message = e.args[0] if type(e) is KeyError and e.args else e
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-
-
 if __name__ == "__main__":
-    sys.exit(_command_line())
+    sys.exit(run_cli(main))

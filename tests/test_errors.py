@@ -1,0 +1,98 @@
+"""One UserError hierarchy: what a command reports as an ``error:`` line, and what it lets through."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
+from vlr_plugins.errors import (
+    ConfigError,
+    InputError,
+    MissingFileError,
+    UsageError,
+    UserError,
+    as_user_error,
+    run_cli,
+)
+from vlr_plugins.recipe import RecipeError
+
+
+@pytest.mark.parametrize("error, standard", [
+    (DataFormatError("train.jsonl", "expected an object", record=3), ValueError),
+    (MissingEmbeddingsError(["img7"], "store"), KeyError),
+    (RecipeError("c5.yaml", "loss.type", "unknown loss"), ValueError),
+    (UsageError("--budget", "expected NAME=INTEGER"), ValueError),
+    (ConfigError("model.vit: unknown keys"), ValueError),
+    (MissingFileError("no checkpoint at x.pth"), FileNotFoundError),
+])
+def test_user_errors_keep_the_standard_base_callers_catch(error, standard):
+    assert isinstance(error, UserError) and isinstance(error, standard)
+
+
+def test_usage_error_names_the_option():
+    err = UsageError("--set", "expected KEY=VALUE, found 'x'")
+    assert (err.option, err.problem, str(err)) == ("--set", "expected KEY=VALUE, found 'x'",
+                                                   "--set: expected KEY=VALUE, found 'x'")
+
+
+def _raising(exc: BaseException):
+    def command() -> int:
+        raise exc
+    return command
+
+
+@pytest.mark.parametrize("error, line", [
+    (UsageError("--budget", "expected NAME=INTEGER, found 'a=b'"), "error: --budget: expected NAME=INTEGER, found 'a=b'"),
+    # a KeyError-based UserError reads as written, not repr()-quoted as KeyError.__str__ would
+    (MissingEmbeddingsError(["img7"]), "error: 1 id has no embedding: 'img7'"),
+    (InputError("x exists"), "error: x exists"),
+])
+def test_a_user_error_is_one_error_line_and_status_2(error, line, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    assert run_cli(_raising(error)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [line] and captured.out == ""
+
+
+def test_vlr_debug_shows_the_traceback_of_a_user_error(monkeypatch):
+    monkeypatch.setenv("VLR_DEBUG", "1")
+    with pytest.raises(UsageError):
+        run_cli(_raising(UsageError("--set", "bad")))
+
+
+@pytest.mark.parametrize("bug", [ZeroDivisionError("division by zero"), ValueError("a bug"),
+                                 KeyError("a bug"), FileNotFoundError("a bug")])
+def test_anything_else_is_a_bug_and_propagates(bug, capsys, monkeypatch):
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+    with pytest.raises(type(bug)):
+        run_cli(_raising(bug))
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_interrupt_is_status_130(capsys):
+    assert run_cli(_raising(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_the_status_of_the_command_is_returned():
+    assert run_cli(lambda: 0) == 0 and run_cli(lambda: 3) == 3
+
+
+def test_as_user_error_turns_only_the_named_kinds_into_input_errors():
+    exists = FileExistsError("out exists; pass overwrite=True")
+    with pytest.raises(InputError) as info:
+        with as_user_error(FileExistsError, KeyError):
+            raise exists
+    assert str(info.value) == "out exists; pass overwrite=True" and info.value.__cause__ is exists
+    with pytest.raises(InputError, match="^unknown protocol 'x'$"):  # KeyError's message, unquoted
+        with as_user_error(KeyError):
+            raise KeyError("unknown protocol 'x'")
+    with pytest.raises(ValueError) as info:
+        with as_user_error(FileExistsError):
+            raise ValueError("a bug")
+    assert not isinstance(info.value, UserError)
+    usage = UsageError("--set", "bad")
+    with pytest.raises(UsageError) as info:  # a UserError passes unchanged, though it is a ValueError
+        with as_user_error(ValueError):
+            raise usage
+    assert info.value is usage
