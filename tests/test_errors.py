@@ -96,3 +96,25 @@ def test_as_user_error_turns_only_the_named_kinds_into_input_errors():
         with as_user_error(ValueError):
             raise usage
     assert info.value is usage
+
+
+def test_a_model_that_cannot_be_loaded_names_itself_the_setting_and_the_doc(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from vlr_plugins.errors import ModelLoadError, loading_pretrained
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError) as e:
+        with loading_pretrained("nobody/no-such-model", "model.pretrained"):
+            AutoTokenizer.from_pretrained("nobody/no-such-model")
+    message = str(e.value)
+    assert message.startswith("model.pretrained: cannot load 'nobody/no-such-model': ")
+    assert "local folder" in message and "docs/quickstart.md" in message
+    assert "set HF_HUB_OFFLINE=1" not in message  # already set: no point suggesting it
+    with pytest.raises(ModelLoadError, match=r"^--encoder: cannot load '.*empty'"):
+        with loading_pretrained(str(tmp_path / "empty"), "--encoder"):
+            AutoTokenizer.from_pretrained(str(tmp_path / "empty"))
+    with pytest.raises(ZeroDivisionError):  # not a loading failure: untouched
+        with loading_pretrained("x", "model.pretrained"):
+            1 / 0

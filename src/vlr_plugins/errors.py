@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputError", "as_user_error", "run_cli"]
+__all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputError", "ModelLoadError",
+           "loading_pretrained", "as_user_error", "run_cli"]
 
 
 class UserError(Exception):
@@ -50,6 +51,47 @@ class InputError(UserError):
 
     Raised by :func:`as_user_error`, with the original exception as ``__cause__``.
     """
+
+
+class ModelLoadError(UserError):
+    """A pretrained model, tokenizer or processor could not be loaded (not downloaded, no
+    network, no such Hub id or local folder); the message names it and the setting to change."""
+
+
+#: where offline use is explained (named in every model-loading error)
+OFFLINE_DOC = "docs/quickstart.md (offline use)"
+
+
+@contextmanager
+def loading_pretrained(name: str, setting: str) -> Iterator[None]:
+    """Inside the block, a failure to load the pretrained model ``name`` (a Hub id or a
+    folder) is reported as one :class:`ModelLoadError` that names it, the setting that chose
+    it (``setting``: a recipe key such as ``model.pretrained``, or an option such as
+    ``--encoder``), the alternatives (a local folder; ``HF_HUB_OFFLINE=1`` with the files
+    in the cache; a random-init model from a config) and the doc on offline use.
+
+    transformers and huggingface_hub raise ``OSError`` subclasses for all of these (no
+    connection, offline mode without a cached copy, an unknown repository, a folder without
+    the files), so that is what is caught; anything else is not a loading failure.
+
+    Example::
+
+        with loading_pretrained(cfg["pretrained"], "model.pretrained"):
+            model = BlipForImageTextRetrieval.from_pretrained(cfg["pretrained"])
+    """
+    try:
+        yield
+    except OSError as e:
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        reason = " ".join(str(e).split())
+        if len(reason) > 300:
+            reason = reason[:300] + "..."
+        raise ModelLoadError(
+            f"{setting}: cannot load {name!r}: {reason} -- give a local folder that holds the model's "
+            f"files, or run where the Hugging Face Hub is reachable"
+            + ("" if offline else " (or set HF_HUB_OFFLINE=1 once the files are in the cache)")
+            + f"; see {OFFLINE_DOC}"
+        ) from e
 
 
 def _message(err: BaseException) -> str:

@@ -106,3 +106,16 @@ def test_eval_results_merge_later_files_first_and_bad_files_are_named(tmp_path):
         merge_eval_results([bad])
     with pytest.raises(MissingFileError, match="absent.json"):
         merge_eval_results([tmp_path / "absent.json"])
+
+
+def test_named_and_pooled_views_read_in_the_card():
+    import dataclasses
+
+    from vlr_plugins.recipe import TextView, TextViews
+
+    views = TextViews((TextView(("caption", "paragraph"), 64, "random", 1, name="summary"),
+                       TextView("positives", 77, "first", 2)))
+    recipe = dataclasses.replace(load_recipe("paragraph/c5"), text_views=views).to_dict()
+    text = build_model_card(recipe, model_name="mv").text
+    assert "summary: caption|paragraph (random 1, 64 tokens); positives (first 2, 77 tokens)" in text
+    assert "summary 64, positives 77" in text

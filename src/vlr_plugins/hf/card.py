@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vlr_plugins._shipped import shipped_dirs
+from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import MissingFileError
 
 __all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "METRIC_NAMES"]
@@ -38,9 +39,11 @@ def _views(views: list[Mapping[str, Any]]) -> str:
     if not views:
         return "none"
     parts = []
-    for v in views:
-        take = "all" if v.get("take", "all") == "all" else f"{v['take']} {v['count']}"
-        parts.append(f"{v['field']} ({take}, {v['max_tokens']} tokens)")
+    for raw in views:
+        v = TextView(**raw)
+        take = "all" if v.take == "all" else f"{v.take} {v.count}"
+        named = f"{v.name}: " if v.name else ""
+        parts.append(f"{named}{v.label} ({take}, {v.max_tokens} tokens)")
     return "; ".join(parts)
 
 
@@ -89,7 +92,7 @@ def build_model_card(
         for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
     ]
     views = recipe["text_views"]
-    budgets = {v["field"]: v["max_tokens"] for v in (*views["positives"], *views["negatives"])}
+    budgets = {TextView(**v).key: v["max_tokens"] for v in (*views["positives"], *views["negatives"])}
     base = recipe["model"].get("pretrained")
     data = ModelCardData(
         library_name="transformers", license=license, base_model=base or None,
