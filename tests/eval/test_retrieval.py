@@ -205,9 +205,21 @@ def test_agrees_with_the_earlier_ranker_on_a_larger_problem(chunk_size, max_chun
 
     assert got["i2t_ranks"].tolist() == i2t.tolist()
     assert got["t2i_ranks"].tolist() == t2i.tolist()
-    for key, value in reference_recall(i2t.tolist(), t2i.tolist()).items():
-        assert got[key] == pytest.approx(value, abs=1e-4), key
+    assert recalls(got) == reference_recall(i2t.tolist(), t2i.tolist())
     assert 0 < got["i2t_r1"] < 100 and 0 < got["t2i_r1"] < 100
+
+
+def test_recall_is_the_exact_ratio_of_hits_to_queries():
+    # 300 items, one text each: texts 0..88 equal their item (score 1, rank 0), the others
+    # are their item negated (score -1, ranked last); so R@1 is 89 hits of 300 both ways
+    g = torch.Generator().manual_seed(12)
+    items = torch.randn(300, 16, generator=g)
+    texts = torch.cat([items[:89], -items[89:]])
+
+    got = retrieval_recall(items, texts, torch.arange(300), ks=(1,))
+
+    assert got["i2t_r1"] == got["t2i_r1"] == 100 * 89 / 300  # not its float32 rounding, 29.666666
+    assert got["r_mean"] == 100 * 89 / 300
 
 
 def test_input_dtype_does_not_matter_only_values_do():

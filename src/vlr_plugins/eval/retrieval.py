@@ -116,8 +116,8 @@ def retrieval_recall(
         i2t, t2i = bracketed_ranks(matrix, _PRECISIONS[precision], max(ks))
     out: dict = {}
     for name, ranks in (("i2t", i2t), ("t2i", t2i)):
-        for k in ks:
-            out[f"{name}_r{k}"] = 100.0 * (ranks < k).float().mean().item()
+        for k in ks:  # from integer counts, so that e.g. 89 hits of 300 give 100 * 89 / 300 exactly
+            out[f"{name}_r{k}"] = 100.0 * int((ranks < k).sum()) / len(ranks)
         out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
     out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
     if return_ranks:
