@@ -13,8 +13,9 @@ so that load from other jobs on a shared machine hits both alike. Methods:
 * ``floor``   -- one ``torch.mm`` per tile over the engine's own tiles: every score
   computed once, nothing else. The least any exact method must do.
 * ``engine``  -- ``retrieval_recall(items, texts, owner)``: both directions, exact ranks.
-* ``rows``    -- the previous implementation (``ranks_of_best_positive``): each direction
-  scored separately, chunk of queries x whole gallery, with (chunk, G) masks.
+* ``rows``    -- the previous implementation (``ranks_of_best_positive``, copied into this
+  script as ``_ranks_by_rows``): each direction scored separately, chunk of queries x
+  whole gallery, with (chunk, G) masks.
 * ``full``    -- the whole score matrix and an argsort of every row and every column, as
   CLIP_benchmark / LAVIS do (only where it fits in memory).
 """
@@ -77,7 +78,7 @@ def make_embeddings(n: int, m: int, seed: int = 0):
 def run_floor(items, texts, owner):
     import torch
 
-    from vlr_plugins.eval._topk import tile_shape
+    from vlr_plugins.eval._tiles import tile_shape
 
     rows, cols = tile_shape(len(items), len(texts), max_chunk_bytes=256 * 2**20, device=torch.device("cpu"))
     S = torch.empty(rows, cols)
@@ -97,14 +98,31 @@ def run_engine(items, texts, owner):
     return retrieval_recall(items, texts, owner)
 
 
+def _ranks_by_rows(query, gallery, positive_mask_fn, chunk_bytes=256 * 2**20):
+    """The package's ranker before the tiled engine (``ranks_of_best_positive``), kept here
+    as the baseline: 0-based rank of each query's best positive, query (Q, D) and gallery
+    (G, D) normalised, ``positive_mask_fn(start, stop)`` the (stop-start, G) positives."""
+    import torch
+
+    chunk_size = max(1, chunk_bytes // (4 * max(len(gallery), 1)))
+    idx = torch.arange(len(gallery))
+    ranks = torch.empty(len(query), dtype=torch.long)
+    for start in range(0, len(query), chunk_size):
+        stop = min(start + chunk_size, len(query))
+        scores = query[start:stop] @ gallery.T
+        best = scores.masked_fill(~positive_mask_fn(start, stop), float("-inf")).argmax(dim=1, keepdim=True)
+        best_score = scores.gather(1, best)
+        ahead = (scores > best_score) | ((scores == best_score) & (idx[None, :] < best))
+        ranks[start:stop] = ahead.sum(dim=1)
+    return ranks
+
+
 def run_rows(items, texts, owner):
     import torch
 
-    from vlr_plugins.eval import ranks_of_best_positive
-
     idx = torch.arange(len(items))
-    ranks_of_best_positive(items, texts, lambda a, b: owner[None, :] == idx[a:b, None])
-    ranks_of_best_positive(texts, items, lambda a, b: idx[None, :] == owner[a:b, None])
+    _ranks_by_rows(items, texts, lambda a, b: owner[None, :] == idx[a:b, None])
+    _ranks_by_rows(texts, items, lambda a, b: idx[None, :] == owner[a:b, None])
 
 
 def run_full(items, texts, owner):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vlr_plugins.eval import protocols, token_budgets
+from vlr_plugins.eval import list_protocols, token_budgets
 
 
 def test_paper_budgets():
@@ -11,7 +11,7 @@ def test_paper_budgets():
     assert t2 == {"flickr30k": 77, "coco": 77, "sharegpt4v": 77, "docci": 128}
     # Table 4 differs only in ShareGPT4V, encoded at the paragraph budget
     assert {k for k in t2 if t2[k] != t4[k]} == {"sharegpt4v"} and t4["sharegpt4v"] == 128
-    assert set(protocols()) >= {"paragraph-supervision/table2", "paragraph-supervision/table4"}
+    assert set(list_protocols()) >= {"paragraph-supervision/table2", "paragraph-supervision/table4"}
 
 
 def test_overrides_and_errors():

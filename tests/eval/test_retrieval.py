@@ -11,7 +11,9 @@ import random
 import pytest
 import torch
 
-from vlr_plugins.eval import ranks_of_best_positive, retrieval_recall
+import _reference
+from _reference import ranks_of_best_positive, recalls
+from vlr_plugins.eval import retrieval_recall
 from vlr_plugins.registry import METRICS
 
 KS = (1, 5, 10)
@@ -163,21 +165,61 @@ def test_tie_rule_on_exact_duplicates():
     assert got["i2t_r1"] == pytest.approx(100 * 2 / 3, abs=1e-4)
 
 
-def test_ranks_of_best_positive_with_a_custom_mask():
-    # query = gallery, the positive of each row is itself: its rank is the number of
-    # identical rows before it (identical rows tie at score exactly 1)
+def test_identical_rows_rank_behind_their_earlier_copies():
+    # items = texts = the same rows, text j owned by item j: the positive of each query is
+    # its own copy, at score exactly 1, so its rank is the number of identical rows before it
     g = torch.Generator().manual_seed(3)
-    gallery = (torch.randint(0, 2, (25, 4), generator=g).float() * 2 - 1) / 2  # unit rows
-    idx = torch.arange(len(gallery))
-
-    ranks = ranks_of_best_positive(
-        gallery, gallery, lambda a, b: idx[a:b, None] == idx[None, :], chunk_size=4
-    )
-
-    rows = gallery.tolist()
-    expected = [sum(rows[k] == rows[j] for k in range(j)) for j in range(len(rows))]
-    assert ranks.tolist() == expected
+    rows = (torch.randint(0, 2, (25, 4), generator=g).float() * 2 - 1) / 2  # unit rows
+    owner = torch.arange(len(rows))
+    listed = rows.tolist()
+    expected = [sum(listed[k] == listed[j] for k in range(j)) for j in range(len(listed))]
     assert max(expected) > 0  # the data do contain duplicates
+
+    got = retrieval_recall(rows, rows, owner, chunk_size=4, return_ranks=True)
+
+    assert got["i2t_ranks"].tolist() == expected
+    assert got["t2i_ranks"].tolist() == expected
+    # the earlier ranker, kept as a reference, agrees
+    same = ranks_of_best_positive(rows, rows, lambda a, b: owner[a:b, None] == owner[None, :], chunk_size=4)
+    assert same.tolist() == expected
+
+
+@pytest.mark.parametrize("chunk_size, max_chunk_bytes", [(None, 256 * 2**20), (96, 2**16)])
+def test_agrees_with_the_earlier_ranker_on_a_larger_problem(chunk_size, max_chunk_bytes):
+    # 400 items, 1-6 texts each, many tiles with the small budget. Entries +-1 in 16 dims:
+    # unit entries are +-1/4, every score a multiple of 1/16, exact in any summation order,
+    # so both rankers see the same scores, with many exact ties. A text is its item with 2
+    # signs flipped (score 12/16 with it).
+    g = torch.Generator().manual_seed(11)
+    owner = random_owner(400, seed=11)
+    items = torch.randint(0, 2, (400, 16), generator=g).float() * 2 - 1
+    flip = torch.rand(len(owner), 16, generator=g).argsort(1)[:, :2]
+    texts = items[owner].scatter(1, flip, -items[owner].gather(1, flip))
+    unit_items, unit_texts = items / 4, texts / 4
+    idx = torch.arange(len(items))
+    i2t = ranks_of_best_positive(unit_items, unit_texts, lambda a, b: owner[None, :] == idx[a:b, None])
+    t2i = ranks_of_best_positive(unit_texts, unit_items, lambda a, b: idx[None, :] == owner[a:b, None])
+
+    got = retrieval_recall(items, texts, owner, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
+                           return_ranks=True)
+
+    assert got["i2t_ranks"].tolist() == i2t.tolist()
+    assert got["t2i_ranks"].tolist() == t2i.tolist()
+    assert recalls(got) == reference_recall(i2t.tolist(), t2i.tolist())
+    assert 0 < got["i2t_r1"] < 100 and 0 < got["t2i_r1"] < 100
+
+
+def test_recall_is_the_exact_ratio_of_hits_to_queries():
+    # 300 items, one text each: texts 0..88 equal their item (score 1, rank 0), the others
+    # are their item negated (score -1, ranked last); so R@1 is 89 hits of 300 both ways
+    g = torch.Generator().manual_seed(12)
+    items = torch.randn(300, 16, generator=g)
+    texts = torch.cat([items[:89], -items[89:]])
+
+    got = retrieval_recall(items, texts, torch.arange(300), ks=(1,))
+
+    assert got["i2t_r1"] == got["t2i_r1"] == 100 * 89 / 300  # not its float32 rounding, 29.666666
+    assert got["r_mean"] == 100 * 89 / 300
 
 
 def test_input_dtype_does_not_matter_only_values_do():
@@ -233,6 +275,12 @@ def test_shape_mismatches_are_errors():
         retrieval_recall(torch.randn(4, 3), torch.randn(4, 3), torch.arange(3))
 
 
+def test_unknown_precision_is_an_error():
+    items, texts, owner = random_problem()
+    with pytest.raises(ValueError, match=r"precision must be one of \['bf16', 'fp16', 'fp32'\], found 'int8'"):
+        retrieval_recall(items, texts, owner, precision="int8")
+
+
 def test_registered_as_a_metric():
     assert METRICS.get("retrieval_recall") is retrieval_recall
 
@@ -256,3 +304,13 @@ def test_agrees_with_torchmetrics_for_one_text_per_item():
         ])
         assert got[f"i2t_r{k}"] == pytest.approx(100 * i2t.mean().item(), abs=1e-4)
         assert got[f"t2i_r{k}"] == pytest.approx(100 * t2i.mean().item(), abs=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_same_result_on_gpu(precision):
+    items, texts, owner = _reference.random_problem(n_items=300, dim=64, seed=9, noise=1.0)
+    cpu = retrieval_recall(items, texts, owner, precision=precision, return_ranks=True)
+    gpu = retrieval_recall(items, texts, owner, precision=precision, device="cuda", return_ranks=True)
+    assert recalls(gpu) == recalls(cpu)
+    assert gpu["i2t_ranks"].tolist() == cpu["i2t_ranks"].tolist() or precision != "fp32"

@@ -9,13 +9,13 @@ from vlr_plugins.eval.evaluate import (
     evaluate_splits,
     load_benchmark_specs,
 )
-from vlr_plugins.eval.protocols import protocols, token_budgets
-from vlr_plugins.eval.retrieval import ranks_of_best_positive, retrieval_recall
+from vlr_plugins.eval.protocols import list_protocols, token_budgets
+from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.pareto import pareto_frontier, pareto_summary, plot_pareto
-from vlr_plugins.eval.rebias import rebias
+from vlr_plugins.eval.retrieval_bias import rebias
 from vlr_plugins.eval.truncation import TRUNCATION_BUDGETS, plot_truncation, truncation_sweep
 
 __all__ = ["BenchmarkSpec", "encode_texts", "evaluate_benchmarks", "evaluate_retrieval_set", "evaluate_splits",
-           "load_benchmark_specs", "protocols", "token_budgets", "ranks_of_best_positive", "retrieval_recall",
+           "load_benchmark_specs", "list_protocols", "token_budgets", "retrieval_recall",
            "TRUNCATION_BUDGETS", "pareto_frontier", "pareto_summary", "plot_pareto", "plot_truncation",
            "rebias", "truncation_sweep"]

@@ -8,11 +8,11 @@ from importlib import resources
 
 import yaml
 
-__all__ = ["protocols", "token_budgets"]
+__all__ = ["list_protocols", "token_budgets"]
 
 
 @cache
-def protocols() -> dict[str, dict[str, int]]:
+def list_protocols() -> dict[str, dict[str, int]]:
     """Every shipped protocol: name -> benchmark -> budget."""
     text = resources.files("vlr_plugins.eval").joinpath("protocols.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text)
@@ -20,7 +20,7 @@ def protocols() -> dict[str, dict[str, int]]:
 
 def token_budgets(protocol: str | None, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
     """The budgets of ``protocol`` (``None``: none), with ``overrides`` on top."""
-    known = protocols()
+    known = list_protocols()
     if protocol is not None and protocol not in known:
         raise KeyError(f"unknown protocol {protocol!r}; known: {', '.join(known)}")
     out = dict(known[protocol]) if protocol else {}

@@ -1,8 +1,10 @@
 """Exact recall@k for retrieval with any number of texts per item, in bounded memory.
 
 The full (items x texts) score matrix never exists: it is visited tile by tile, each tile
-once, and each tile updates both directions (see ``_topk``), so memory beyond the
+once, and each tile updates both directions (``exact_ranks``), so memory beyond the
 embeddings is one tile whatever N and M are, and the work is one product per pair.
+Half-precision tiles are settled in float32 where it matters (``reduced_precision``);
+re-ranking scores whole rows (``row_ranks``). ``_tiles`` holds what they share.
 
 Ties are broken by gallery index: a candidate with the same score as the positive
 ranks ahead of it only if its index is lower. The result is therefore the same on
@@ -15,42 +17,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from vlr_plugins.eval._topk import Engine
+from vlr_plugins.eval._tiles import ScoreMatrix
+from vlr_plugins.eval.exact_ranks import exact_ranks
+from vlr_plugins.eval.reduced_precision import bracketed_ranks
+from vlr_plugins.eval.row_ranks import row_ranks
 
-__all__ = ["ranks_of_best_positive", "retrieval_recall"]
+__all__ = ["retrieval_recall"]
 
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 _PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def ranks_of_best_positive(
-    query: torch.Tensor,
-    gallery: torch.Tensor,
-    positive_mask_fn,
-    *,
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """0-based rank of each query's best-ranked positive in the gallery.
-
-    query: (Q, D), gallery: (G, D), both already normalised. ``positive_mask_fn(start,
-    stop)`` returns the (stop-start, G) boolean mask of positives for those queries.
-    """
-    q_count, g_count = query.shape[0], gallery.shape[0]
-    if chunk_size is None:
-        chunk_size = max(1, DEFAULT_CHUNK_BYTES // (4 * max(g_count, 1)))
-    idx = torch.arange(g_count, device=gallery.device)
-    ranks = torch.empty(q_count, dtype=torch.long, device=gallery.device)
-    for start in range(0, q_count, chunk_size):
-        stop = min(start + chunk_size, q_count)
-        scores = query[start:stop] @ gallery.T  # (c, G)
-        pos = positive_mask_fn(start, stop)
-        masked = scores.masked_fill(~pos, float("-inf"))
-        # argmax returns the first maximal index: the best positive under our tie rule
-        best = masked.argmax(dim=1, keepdim=True)
-        best_score = scores.gather(1, best)
-        ahead = (scores > best_score) | ((scores == best_score) & (idx[None, :] < best))
-        ranks[start:stop] = ahead.sum(dim=1)
-    return ranks
 
 
 def retrieval_recall(
@@ -81,15 +56,16 @@ def retrieval_recall(
 
     Memory: the score matrix is visited in tiles of ``chunk_size`` items (default: chosen
     from ``max_chunk_bytes``) by a matching number of texts, a tile and one work buffer at
-    a time (at most ``max_chunk_bytes``), plus about 100 bytes of bookkeeping per item and
-    per text; embeddings are moved to ``device`` (default: the items' device) but never
+    a time (at most ``max_chunk_bytes``), plus the tile's rows of embeddings (at most
+    8 D bytes per item and per text of a tile) and about 100 bytes of bookkeeping per item
+    and per text; embeddings are moved to ``device`` (default: the items' device) but never
     copied whole in float32.
 
     ``precision="fp16"`` or ``"bf16"`` multiplies the tiles in half precision (summed in
     float32). Guarantee: every query whose hit or miss at some k <= max(ks) could depend on
     the rounding is settled in float32: its candidates within a proven error bound of the
-    best positive (``lowp_error``: 3.5u + 8 D 2^-24, u = 2^-11 for fp16, 2^-8 for bf16)
-    are rescored in float32 and compared with the tie rule. So recall@k and every rank
+    best positive (``reduced_precision.lowp_error``: 3.5u + 8 D 2^-24, u = 2^-11 for fp16,
+    2^-8 for bf16) are rescored in float32 and compared with the tie rule. So recall@k and every rank
     below max(ks) equal the ``"fp32"`` result; larger ranks are lower bounds (>= max(ks)).
     The one exception is two scores of a query closer than float32 rounding (~D 2^-24),
     which no float32 method orders the same way on every kernel.
@@ -128,19 +104,20 @@ def retrieval_recall(
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
-    engine = Engine(item_emb, text_emb, text_owner, device=device,
-                    max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+    matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
+                         max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
     if rerank is not None:
-        i2t, t2i = (engine.row_ranks(d, torch.arange(len(q), device=device), rerank, rerank_k, rerank_batch)
-                    for d, q in (("i2t", item_emb), ("t2i", text_emb)))
+        i2t, t2i = (row_ranks(matrix, direction, torch.arange(count, device=device), rerank, rerank_k,
+                              rerank_batch)
+                    for direction, count in (("i2t", matrix.n_items), ("t2i", matrix.n_texts)))
     elif precision == "fp32":
-        i2t, t2i = engine.exact_ranks()
+        i2t, t2i = exact_ranks(matrix)
     else:
-        i2t, t2i = engine.bracketed_ranks(_PRECISIONS[precision], max(ks))
+        i2t, t2i = bracketed_ranks(matrix, _PRECISIONS[precision], max(ks))
     out: dict = {}
     for name, ranks in (("i2t", i2t), ("t2i", t2i)):
-        for k in ks:
-            out[f"{name}_r{k}"] = 100.0 * (ranks < k).float().mean().item()
+        for k in ks:  # from integer counts, so that e.g. 89 hits of 300 give 100 * 89 / 300 exactly
+            out[f"{name}_r{k}"] = 100.0 * int((ranks < k).sum()) / len(ranks)
         out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
     out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
     if return_ranks:

@@ -1,0 +1,154 @@
+"""What every rank computation of :func:`~vlr_plugins.eval.retrieval_recall` shares: the
+(items x texts) score matrix as tiles of one shape, unit rows loaded into tile buffers,
+the count-above kernel, and float32 products kept exact.
+
+The score matrix never exists whole. :class:`ScoreMatrix` holds both sides' embeddings,
+the owner of every text and the tile shape; a tile is ``tile_items`` items x ``tile_texts``
+texts, zero-padded at the edges, and one tile plus one work buffer of the same shape fit
+in ``max_chunk_bytes`` (:func:`tile_shape`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+
+#: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
+BYTES_PER_TILE_ELEM = 8
+_CPU_TILE_ELEMS_PER_THREAD = 2**20  # each thread's share of the two tile buffers: 8 MiB
+_NORM_ROWS = 4096  # rows normalised at a time, so that no whole float32 copy is made
+
+
+def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torch.device,
+               chunk_size: int | None = None, threads: int | None = None) -> tuple[int, int]:
+    """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
+    on CPU also at most 8 MiB per thread (``threads``, default ``torch.get_num_threads()``),
+    so that each thread's share of the element-wise passes stays in cache while their fixed
+    costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
+    tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
+    if torch.device(device).type == "cpu":
+        tile_elems = min(tile_elems, _CPU_TILE_ELEMS_PER_THREAD * (threads or torch.get_num_threads()))
+    if chunk_size is not None:
+        tile_items = max(1, min(chunk_size, n_items, tile_elems))
+    else:  # as wide as 8 rows, then evened out so that the last tile is not mostly padding
+        tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // 8), n_items)))
+    tile_texts = max(1, min(n_texts, tile_elems // tile_items))
+    return tile_items, _even_split(n_texts, tile_texts)
+
+
+def _even_split(total: int, most: int) -> int:
+    """The smallest piece size that covers ``total`` in as few pieces as size ``most`` does."""
+    pieces = -(-total // most)
+    return -(-total // pieces)
+
+
+@contextlib.contextmanager
+def exact_matmuls() -> Iterator[None]:
+    """float32 products in float32 (no TF32), half-precision products summed in float32;
+    the global settings are restored on exit."""
+    precision = torch.get_float32_matmul_precision()
+    cuda = torch.backends.cuda.matmul
+    flags = (cuda.allow_fp16_reduced_precision_reduction, cuda.allow_bf16_reduced_precision_reduction)
+    if precision != "highest":
+        torch.set_float32_matmul_precision("highest")
+    cuda.allow_fp16_reduced_precision_reduction = cuda.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        if precision != "highest":
+            torch.set_float32_matmul_precision(precision)
+        cuda.allow_fp16_reduced_precision_reduction, cuda.allow_bf16_reduced_precision_reduction = flags
+
+
+def count_above(scores: torch.Tensor, thresholds: torch.Tensor, work: torch.Tensor, dim: int,
+                counts: torch.Tensor, ones: torch.Tensor,
+                compare: Callable[..., torch.Tensor] = torch.gt) -> None:
+    """counts += how many ``compare(scores, thresholds)`` hold along ``dim``.
+
+    scores: (R, C); thresholds: (C,) with ``dim=0`` (one per column, counts (C,)) or (R, 1)
+    with ``dim=1`` (one per row, counts (R,)); work: (R, C) float32; ones: at least
+    max(R, C) ones. The comparison is written as a 0/1 float mask (the fastest comparison
+    output on CPU) and summed by a matrix-vector product with ``ones``: exact while the
+    counts stay below 2^24 in float32 (2^53 in float64).
+    """
+    compare(scores, thresholds, out=work)
+    mask = work if dim == 1 else work.T
+    if counts.dtype == mask.dtype:
+        counts.addmv_(mask, ones[:mask.shape[1]])
+    else:
+        counts += torch.mv(mask, ones[:mask.shape[1]])
+
+
+def count_accumulators(n_items: int, n_texts: int, device: torch.device) -> list[torch.Tensor]:
+    """Zeroed counts (N,) and (M,), float32 while every count fits exactly, else float64."""
+    dtype = torch.float32 if max(n_items, n_texts) < 2**24 else torch.float64
+    return [torch.zeros(k, dtype=dtype, device=device) for k in (n_items, n_texts)]
+
+
+class UnitRows:
+    """One side's embeddings (K, D) on ``device``, loaded into tile buffers with unit norm.
+
+    Norms are computed in float32 a block of rows at a time, so the embeddings are never
+    copied whole in float32.
+    """
+
+    def __init__(self, emb: torch.Tensor, device: torch.device):
+        self.emb = emb.to(device)
+        self.norm = torch.empty(len(emb), device=device)
+        for start in range(0, len(emb), _NORM_ROWS):
+            block = self.emb[start:start + _NORM_ROWS].float()
+            self.norm[start:start + _NORM_ROWS] = torch.linalg.vector_norm(block, dim=1)
+        self.norm.clamp_min_(1e-12)  # as F.normalize
+
+    def __len__(self) -> int:
+        return len(self.emb)
+
+    def load(self, rows: slice | torch.Tensor, out: torch.Tensor) -> int:
+        """Rows ``rows`` (a slice or an index tensor, k of them) with unit norm into
+        out[:k], zeros after; out: (R >= k, D) of any float dtype. Returns k."""
+        unit, norm = self.emb[rows].float(), self.norm[rows].unsqueeze(1)
+        k = len(unit)
+        if out.dtype == torch.float32:
+            torch.div(unit, norm, out=out[:k])
+        else:
+            out[:k] = unit / norm
+        out[k:].zero_()
+        return k
+
+
+class ScoreMatrix:
+    """The (N items x M texts) cosine-score matrix, visited a tile at a time.
+
+    item_emb: (N, D), text_emb: (M, D), text_owner: (M,) the item of each text. Holds
+    both sides as :class:`UnitRows`, the owners, the texts grouped by owner (the texts of
+    item i are ``texts_by_owner[first_text[i]:first_text[i + 1]]``) and the tile shape.
+    """
+
+    def __init__(self, item_emb: torch.Tensor, text_emb: torch.Tensor, text_owner: torch.Tensor, *,
+                 device: torch.device, max_chunk_bytes: int, chunk_size: int | None = None):
+        self.items, self.texts = UnitRows(item_emb, device), UnitRows(text_emb, device)
+        self.n_items, self.n_texts, self.dim = len(item_emb), len(text_emb), item_emb.shape[1]
+        self.device, self.max_chunk_bytes, self.chunk_size = device, max_chunk_bytes, chunk_size
+        self.tile_items, self.tile_texts = tile_shape(self.n_items, self.n_texts, device=device,
+                                                      max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+        self.owner = text_owner.to(device, torch.long)
+        self.texts_by_owner = torch.argsort(self.owner, stable=True)
+        self.first_text = torch.searchsorted(self.owner[self.texts_by_owner],
+                                             torch.arange(self.n_items + 1, device=device))
+
+    def tile_buffers(self, dtype: torch.dtype = torch.float32
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Empty buffers in ``dtype``: item rows (tile_items, D), text rows (tile_texts, D)
+        and their scores (tile_items, tile_texts)."""
+        def new(*shape: int) -> torch.Tensor:
+            return torch.empty(*shape, device=self.device, dtype=dtype)
+
+        rows, cols = self.tile_items, self.tile_texts
+        return new(rows, self.dim), new(cols, self.dim), new(rows, cols)
+
+    def arange(self, k: int) -> torch.Tensor:
+        """0, ..., k - 1 on the matrix's device."""
+        return torch.arange(k, device=self.device)

@@ -1,0 +1,149 @@
+"""Exact ranks in both directions from one pass over the tiles of the score matrix.
+
+Every tile is visited once and serves both directions: every item counts the texts
+scoring above its best text, every text the items scoring above its owner. Only one tile
+and one work buffer exist at a time.
+
+So each query needs its positive's score before the pass: a first, small pass
+(:func:`positive_scores`) computes every (owner, text) score in the owner's row tile. The
+tie rule (lower index ahead) is kept by comparing with >= in tiles before the positive's
+and with > from it on; a query with an exact tie inside its positive's own tile is
+recomputed whole (:func:`~vlr_plugins.eval.row_ranks.row_ranks`).
+
+A pair must get the same float32 bits each time it is scored. BLAS gives a pair the same
+bits wherever it sits in a product of one shape, but not across shapes (a 1-row product
+differs in the last bit, and so may any shape when D is large), so both passes multiply
+tiles of exactly the same shape; every positive pair's score is compared between the two
+passes, and a query whose check fails is recomputed whole too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
+from vlr_plugins.eval.row_ranks import row_ranks
+
+_INF = float("inf")
+
+
+def exact_ranks(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) 0-based rank of every item's best text and (M,) of every text's owner; a
+    candidate with the positive's exact score is ahead when its gallery index is lower."""
+    with exact_matmuls():
+        positive_score, ties_in_text_tile = positive_scores(matrix)
+        best_score, best_text = best_positives(matrix, positive_score)
+        ahead_of_items, ahead_of_texts, ties_in_item_tile, seen = _count_pass(
+            matrix, positive_score, best_score, best_text)
+        # recomputed whole: a score that differed between passes, or a tie with the positive
+        # inside its own tile (where the tile-wise rule cannot tell before from after)
+        changed = seen != positive_score
+        redo_texts = changed | (ties_in_text_tile > 1)
+        redo_items = ties_in_item_tile > 1
+        redo_items[matrix.owner[changed]] = True
+        ranks = (ahead_of_items.long(), ahead_of_texts.long())
+        for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
+            if redo.any():
+                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
+    return ranks
+
+
+def positive_scores(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M,) text j's score with its owner, computed in the owner's row tile, and (M,) the
+    number of items in that row tile with exactly that score (1 when nothing ties)."""
+    device, tile_items, tile_texts = matrix.device, matrix.tile_items, matrix.tile_texts
+    item_rows, text_rows, scores = matrix.tile_buffers()
+    work, ones = torch.empty_like(scores), torch.ones(tile_items, device=device)
+    positive_score = torch.empty(matrix.n_texts, device=device)
+    ties_in_tile = torch.zeros(matrix.n_texts, device=device)
+    row_tile_starts = torch.arange(0, matrix.n_items + tile_items, tile_items,
+                                   device=device).clamp_max(matrix.n_items)
+    # the texts owned by row tile t are texts_by_owner[owned_from[t]:owned_from[t + 1]]
+    owned_from = matrix.first_text[row_tile_starts].tolist()
+    for row_tile, item_start in enumerate(range(0, matrix.n_items, tile_items)):
+        n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
+        for start in range(owned_from[row_tile], owned_from[row_tile + 1], tile_texts):
+            texts = matrix.texts_by_owner[start:min(start + tile_texts, owned_from[row_tile + 1])]
+            n_cols = matrix.texts.load(texts, text_rows)
+            torch.mm(item_rows, text_rows.T, out=scores)
+            positive_score[texts] = score = scores[matrix.owner[texts] - item_start, matrix.arange(n_cols)]
+            equal = torch.zeros(n_cols, device=device)
+            count_above(scores[:n_rows, :n_cols], score, work[:n_rows, :n_cols], 0, equal, ones,
+                        compare=torch.eq)
+            ties_in_tile[texts] = equal
+    return positive_score, ties_in_tile
+
+
+def best_positives(matrix: ScoreMatrix, positive_score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) each item's best text score, from ``positive_score`` (M,), and (N,) the lowest
+    index of a text reaching it."""
+    owner, n_items, n_texts = matrix.owner, matrix.n_items, matrix.n_texts
+    best_score = torch.full((n_items,), -_INF, device=matrix.device).scatter_reduce_(
+        0, owner, positive_score, "amax")
+    is_best = positive_score == best_score[owner]
+    best_text = torch.full((n_items,), n_texts, device=matrix.device).scatter_reduce_(
+        0, owner[is_best], matrix.arange(n_texts)[is_best], "amin")
+    return best_score, best_text
+
+
+def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: torch.Tensor,
+                best_text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The pass over every tile. Returns (N,) texts ahead of each item's best text, (M,)
+    items ahead of each text's owner, (N,) texts in the tile of each item's best text
+    scoring exactly as it does, and (M,) each positive pair's score as this pass saw it."""
+    n_items, n_texts, device = matrix.n_items, matrix.n_texts, matrix.device
+    tile_items, tile_texts = matrix.tile_items, matrix.tile_texts
+    item_rows, text_rows, scores = matrix.tile_buffers()
+    work, ones = torch.empty_like(scores), torch.ones(max(tile_items, tile_texts), device=device)
+    n_row_tiles = -(-n_items // tile_items)
+    n_tiles = n_row_tiles * -(-n_texts // tile_texts)
+    # tiles before the positive's compare with >= (i.e. > the next float down), so that
+    # ties there count as ahead; from the positive's tile on, with >
+    down = torch.tensor(-_INF, device=device)
+    item_threshold = torch.nextafter(best_score, down)
+    # every positive pair (owner[j], j) in the order tiles are visited: its offset in the
+    # flattened tile (to read its score there) and its text's offset in the text tile
+    text = matrix.arange(n_texts)
+    pair_tile = (text // tile_texts) * n_row_tiles + matrix.owner // tile_items
+    pair_order, pair_edges = torch.argsort(pair_tile, stable=True), _edges(pair_tile, n_tiles)
+    pair_offset = ((matrix.owner % tile_items) * tile_texts + text % tile_texts)[pair_order]
+    pair_text_offset, pair_score = (text % tile_texts)[pair_order], positive_score[pair_order]
+    seen = torch.empty(n_texts, device=device)
+    # every item's best pair (i, best_text[i]), in the same order: scores equal to it in its tile
+    item = matrix.arange(n_items)
+    best_tile = (best_text // tile_texts) * n_row_tiles + item // tile_items
+    best_order, best_edges = torch.argsort(best_tile, stable=True), _edges(best_tile, n_tiles)
+    best_row, best_score_in_order = (item % tile_items)[best_order], best_score[best_order]
+    best_ties = torch.zeros(n_items, device=device)
+    ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
+    for col_tile, text_start in enumerate(range(0, n_texts, tile_texts)):
+        n_cols = matrix.texts.load(slice(text_start, text_start + tile_texts), text_rows)
+        text_threshold = torch.nextafter(positive_score[text_start:text_start + n_cols], down)
+        for row_tile, item_start in enumerate(range(0, n_items, tile_items)):
+            n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
+            torch.mm(item_rows, text_rows.T, out=scores)
+            tile = col_tile * n_row_tiles + row_tile
+            lo, hi = pair_edges[tile], pair_edges[tile + 1]
+            if hi > lo:  # the owners in this row tile: strict from here on
+                torch.index_select(scores.view(-1), 0, pair_offset[lo:hi], out=seen[lo:hi])
+                text_threshold.index_copy_(0, pair_text_offset[lo:hi], pair_score[lo:hi])
+            lo, hi = best_edges[tile], best_edges[tile + 1]
+            if hi > lo:  # best texts in this tile: strict from here on
+                best_rows = work[:hi - lo]  # compared in place: no buffer beyond the tile's two
+                torch.index_select(scores, 0, best_row[lo:hi], out=best_rows)
+                count_above(best_rows, best_score_in_order[lo:hi, None], best_rows, 1, best_ties[lo:hi], ones,
+                            compare=torch.eq)
+                item_threshold.index_copy_(0, best_order[lo:hi], best_score_in_order[lo:hi])
+            valid = scores[:n_rows, :n_cols]
+            count_above(valid, text_threshold, work[:n_rows, :n_cols], 0,
+                        ahead_of_texts[text_start:text_start + n_cols], ones)
+            count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
+                        ahead_of_items[item_start:item_start + n_rows], ones)
+    seen_by_text, ties_by_item = torch.empty_like(seen), torch.empty_like(best_ties)
+    seen_by_text[pair_order], ties_by_item[best_order] = seen, best_ties
+    return ahead_of_items, ahead_of_texts, ties_by_item, seen_by_text
+
+
+def _edges(key: torch.Tensor, count: int) -> list[int]:
+    """Where each value 0..count-1 of ``key`` starts and ends once sorted: [0, ..., len(key)]."""
+    return [0] + torch.bincount(key, minlength=count).cumsum(0).tolist()

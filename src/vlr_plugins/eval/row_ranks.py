@@ -1,0 +1,133 @@
+"""Ranks from whole score rows: each query scored against the whole gallery at once.
+
+This serves three cases the tiled pass cannot: a query the tiled pass could not settle
+(a score that changed between passes, an exact tie inside its positive's own tile), the
+candidates of a reduced-precision query near its positive (their float32 scores), and
+re-ranking, which needs each query's top candidates in order.
+
+A chunk is a few queries x the whole gallery (multiplied a gallery tile at a time), as
+many queries as fit in ``max_chunk_bytes``; every score a query is ranked by, its
+positives' included, comes from that one computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls
+
+_INF = float("inf")
+_BYTES_PER_ROW_ELEM = 12  # a float32 score and the boolean masks of the rank comparison
+
+
+def query_and_gallery(matrix: ScoreMatrix, direction: str) -> tuple[UnitRows, UnitRows]:
+    """(queries, gallery): (items, texts) for ``"i2t"``, (texts, items) for ``"t2i"``."""
+    return (matrix.items, matrix.texts) if direction == "i2t" else (matrix.texts, matrix.items)
+
+
+def positive_pairs(matrix: ScoreMatrix, direction: str,
+                   queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every positive pair of ``queries`` (Q,): (P,) positions in ``queries`` and (P,)
+    gallery indices, grouped by query; for ``"i2t"`` an item's texts, for ``"t2i"`` a
+    text's owner."""
+    if direction == "t2i":
+        return matrix.arange(len(queries)), matrix.owner[queries]
+    n_texts = matrix.first_text[queries + 1] - matrix.first_text[queries]
+    position = torch.repeat_interleave(matrix.arange(len(queries)), n_texts)
+    start = torch.repeat_interleave(matrix.first_text[queries] - (torch.cumsum(n_texts, 0) - n_texts), n_texts)
+    return position, matrix.texts_by_owner[start + matrix.arange(len(position))]
+
+
+def gallery_scores(matrix: ScoreMatrix, query_side: UnitRows, queries: torch.Tensor, gallery: UnitRows,
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(Q, G) scores in ``dtype`` of ``queries`` (Q,) against the whole ``gallery``."""
+    query_rows = torch.empty(len(queries), matrix.dim, device=matrix.device, dtype=dtype)
+    gallery_rows = torch.empty(matrix.tile_texts, matrix.dim, device=matrix.device, dtype=dtype)
+    scores = torch.empty(len(queries), len(gallery), device=matrix.device, dtype=dtype)
+    query_side.load(queries, query_rows)
+    for start in range(0, len(gallery), matrix.tile_texts):
+        k = gallery.load(slice(start, start + matrix.tile_texts), gallery_rows)
+        scores[:, start:start + k] = query_rows @ gallery_rows[:k].T
+    return scores
+
+
+def pair_scores(matrix: ScoreMatrix, query_side: UnitRows, queries: torch.Tensor, gallery: UnitRows,
+                candidates: torch.Tensor) -> torch.Tensor:
+    """(P,) float32 scores of the pairs (queries[p], candidates[p]), both (P,)."""
+    query_rows, gallery_rows = (torch.empty(len(queries), matrix.dim, device=matrix.device) for _ in range(2))
+    query_side.load(queries, query_rows)
+    gallery.load(candidates, gallery_rows)
+    return (query_rows * gallery_rows).sum(1)
+
+
+def top_candidates(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """(Q, k) gallery indices of each row's k best ``scores`` (Q, G), best first; equal scores
+    (also across the k-th place) by lower index: the same on every run and device."""
+    kth = scores.topk(k, dim=1).values[:, -1:]
+    row, col = (scores >= kth).nonzero(as_tuple=True)  # by row, then by index
+    order = torch.argsort(-scores[row, col], stable=True)
+    order = order[torch.argsort(row[order], stable=True)]
+    row, col = row[order], col[order]
+    place = torch.arange(len(row), device=row.device) - torch.searchsorted(row, row)
+    return col[place < k].view(len(scores), k)
+
+
+def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
+              rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor] | None = None,
+              rerank_k: int = 0, rerank_batch: int = 1) -> torch.Tensor:
+    """(Q,) exact 0-based ranks of ``queries`` (Q,) in ``direction`` (``"i2t"``: items
+    among texts, ``"t2i"``: texts among items), each scored against the whole gallery in
+    float32; with ``rerank``, after re-ordering its top ``rerank_k`` candidates by the
+    re-ranker's scores (see :func:`~vlr_plugins.eval.retrieval_recall`).
+
+    Queries go ``matrix.chunk_size`` at a time (default: as many as ``max_chunk_bytes``
+    holds at 12 bytes per score). Ties with the best positive go to the lower index.
+    """
+    query_side, gallery = query_and_gallery(matrix, direction)
+    n_gallery = len(gallery)
+    ranks = torch.empty(len(queries), dtype=torch.long, device=matrix.device)
+    k = min(rerank_k, n_gallery)
+    per_chunk = matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_gallery * _BYTES_PER_ROW_ELEM))
+    with exact_matmuls():
+        for start in range(0, len(queries), per_chunk):
+            chunk = queries[start:start + per_chunk]
+            scores = gallery_scores(matrix, query_side, chunk, gallery)
+            position, positive = positive_pairs(matrix, direction, chunk)
+            positive_score = scores[position, positive]
+            best_score = torch.full((len(chunk),), -_INF, device=matrix.device).scatter_reduce_(
+                0, position, positive_score, "amax")
+            is_best = positive_score == best_score[position]
+            best_positive = torch.full((len(chunk),), n_gallery, device=matrix.device).scatter_reduce_(
+                0, position[is_best], positive[is_best], "amin")
+            best = best_score[:, None]
+            before_best = matrix.arange(n_gallery) < best_positive[:, None]
+            rank = ((scores > best) | ((scores == best) & before_best)).sum(1)
+            if rerank is not None:
+                rank = _rerank(matrix, direction, chunk, scores, rank, rerank, k, rerank_batch)
+            ranks[start:start + per_chunk] = rank
+    return ranks
+
+
+def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: torch.Tensor,
+            rank: torch.Tensor, rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor],
+            k: int, batch: int) -> torch.Tensor:
+    """Ranks (Q,) after ``rerank`` re-orders each query's top k of ``scores`` (Q, G);
+    a query whose first-stage ``rank`` (Q,) is k or more keeps it."""
+    candidates = top_candidates(scores, k)
+    new_scores = torch.empty(candidates.shape, device=matrix.device)
+    for start in range(0, len(queries), batch):
+        expected = candidates[start:start + batch].shape
+        got = rerank(queries[start:start + batch], candidates[start:start + batch], direction)
+        got = torch.as_tensor(got).to(matrix.device, torch.float32)
+        if got.shape != expected:
+            raise ValueError(f"rerank({direction}) must return scores of shape "
+                             f"{tuple(expected)}, found {tuple(got.shape)}")
+        new_scores[start:start + batch] = got
+    candidates = candidates.gather(1, torch.argsort(-new_scores, dim=1, stable=True))
+    if direction == "i2t":
+        hit = matrix.owner[candidates] == queries[:, None]
+    else:
+        hit = candidates == matrix.owner[queries][:, None]
+    return torch.where(rank < k, hit.int().argmax(1), rank)
