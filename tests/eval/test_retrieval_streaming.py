@@ -320,7 +320,7 @@ def test_a_rerank_of_the_wrong_shape_is_an_error():
 # ---------------------------------------------------------------- devices
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_same_result_on_gpu(precision):
     items, texts, owner = random_problem(n_items=300, dim=64, seed=9, noise=1.0)
