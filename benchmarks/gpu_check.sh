@@ -130,6 +130,16 @@ fi
 step cuda ok 0 0 "$probe"
 nvidia-smi >> "$LOG" 2>&1
 
+# MMEngine's Runner imports distutils (collect_env), which Python 3.12 has only through
+# setuptools' distutils-precedence.pth; should that be missing, alias setuptools' copy.
+if ! "$PY" -c 'import distutils' 2> /dev/null && "$PY" -c 'import setuptools._distutils' 2> /dev/null; then
+  mkdir -p /tmp/vlr-gpu-distutils/distutils
+  echo 'import sys, setuptools._distutils as d; sys.modules[__name__] = d' > /tmp/vlr-gpu-distutils/distutils/__init__.py
+  MAIN_PATH=$MAIN_PATH:/tmp/vlr-gpu-distutils
+  LAVIS_PATH=$LAVIS_PATH:/tmp/vlr-gpu-distutils
+  step distutils ok 0 0 "no distutils module: aliased setuptools._distutils (/tmp/vlr-gpu-distutils)"
+fi
+
 # ---------------------------------------------------------------- carried wheels
 install() {  # install NAME TARGET
   local dir=$WHEELS/$1 t0=$SECONDS rc
