@@ -2,6 +2,7 @@
 
     python benchmarks/retrieval_recall.py            # COCO-5K-test, then COCO train2017 size (~15 min)
     python benchmarks/retrieval_recall.py --quick    # small sizes, about a minute
+    python benchmarks/retrieval_recall.py --device cuda --json out.json   # on a GPU (~1 min)
 
 Random unit vectors (seeded), 256-d, float32, text j described by item j mod N (5-6 texts
 per item). Every measurement runs in a fresh subprocess; memory is that process's peak
@@ -18,6 +19,13 @@ so that load from other jobs on a shared machine hits both alike. Methods:
   whole gallery, with (chunk, G) masks.
 * ``full``    -- the whole score matrix and an argsort of every row and every column, as
   CLIP_benchmark / LAVIS do (only where it fits in memory).
+
+With ``--device cuda`` the embeddings (the same seeded vectors) are moved to the GPU once
+per size and every measurement runs in this process: one warm-up call, then ``--repeat``
+timed calls, each ended by ``torch.cuda.synchronize()``; memory is the CUDA allocator's
+peak during the timed calls minus what was allocated before them. ``floor`` and ``engine``
+run in each precision (fp32 without TF32, as the engine multiplies; fp16 and bf16 summed in
+float32), and each ``engine`` row keeps its recalls, which must equal fp32's.
 """
 
 from __future__ import annotations
@@ -120,7 +128,7 @@ def _ranks_by_rows(query, gallery, positive_mask_fn, chunk_bytes=256 * 2**20):
 def run_rows(items, texts, owner):
     import torch
 
-    idx = torch.arange(len(items))
+    idx = torch.arange(len(items), device=items.device)
     _ranks_by_rows(items, texts, lambda a, b: owner[None, :] == idx[a:b, None])
     _ranks_by_rows(texts, items, lambda a, b: idx[None, :] == owner[a:b, None])
 
@@ -130,7 +138,7 @@ def run_full(items, texts, owner):
 
     S = items @ texts.T
     order = S.argsort(dim=1, descending=True)
-    i2t = (owner[order] == torch.arange(len(items))[:, None]).int().argmax(1)
+    i2t = (owner[order] == torch.arange(len(items), device=items.device)[:, None]).int().argmax(1)
     del order
     order = S.T.argsort(dim=1, descending=True)
     t2i = (order == owner[:, None]).int().argmax(1)
@@ -152,6 +160,96 @@ def child(method: str, n: int, m: int, inner: int) -> None:
                       "threads": torch.get_num_threads()}))
 
 
+# ---------------------------------------------------------------- on a GPU (one process)
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def gpu_floor(items, texts, owner, precision):
+    import torch
+
+    from vlr_plugins.eval._tiles import exact_matmuls, tile_shape
+
+    dtype = getattr(torch, {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[precision])
+    rows, cols = tile_shape(len(items), len(texts), max_chunk_bytes=256 * 2**20, device=items.device)
+    X_all, Y_all = items.to(dtype), texts.to(dtype)  # the engine also converts once, not per tile
+    S = torch.empty(rows, cols, dtype=dtype, device=items.device)
+    with exact_matmuls():
+        for c in range(0, len(texts), cols):
+            Y = Y_all[c:c + cols]
+            for a in range(0, len(items), rows):
+                X = X_all[a:a + rows]
+                if len(X) == rows and len(Y) == cols:
+                    torch.mm(X, Y.T, out=S)
+                else:
+                    torch.mm(X, Y.T)
+
+
+def gpu_engine(items, texts, owner, precision):
+    from vlr_plugins.eval import retrieval_recall
+
+    return retrieval_recall(items, texts, owner, precision=precision)
+
+
+def gpu_rows(items, texts, owner, precision):
+    run_rows(items, texts, owner)
+
+
+def gpu_full(items, texts, owner, precision):
+    run_full(items, texts, owner)
+
+
+def gpu_table(sizes, repeat: int) -> list[dict]:
+    """One record per (size, method, precision), measured on the current CUDA device."""
+    import torch
+
+    dev = torch.device("cuda")
+    records = []
+    for (n, m), extra in sizes:
+        items, texts, owner = (x.to(dev) for x in make_embeddings(n, m))
+        plan = [(method, p) for p in PRECISIONS for method in ("floor", "engine")] + [(e, "fp32") for e in extra]
+        for method, precision in plan:
+            run = globals()[f"gpu_{method}"]
+            result = run(items, texts, owner, precision)  # warm-up: kernels, cuBLAS handles, allocator
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                result = run(items, texts, owner, precision)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            record = {"items": n, "texts": m, "method": method, "precision": precision, "runs": repeat,
+                      "best_s": min(times), "median_s": sorted(times)[len(times) // 2],
+                      "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
+            if method == "engine":
+                record["recall"] = {k: float(v) for k, v in result.items()}
+            records.append(record)
+            print(f"  {method:7s} {precision} {n:>7,} x {m:>7,}: best {record['best_s']:.4f} s, "
+                  f"{record['peak_extra_mib']:.1f} MiB extra", file=sys.stderr)
+            del result
+        del items, texts, owner
+        torch.cuda.empty_cache()
+    for r in records:
+        floor = next(f for f in records if f["method"] == "floor" and f["precision"] == r["precision"]
+                     and (f["items"], f["texts"]) == (r["items"], r["texts"]))
+        r["time_over_floor"] = r["best_s"] / floor["best_s"]
+    return records
+
+
+def print_gpu_table(records: list[dict]) -> None:
+    import torch
+
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, D = {D}\n")
+    print("| items x texts | method | precision | runs | best wall time (s) | time / floor (same precision) "
+          "| peak extra GPU memory (MiB) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in records:
+        print(f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['precision']} | {r['runs']} | "
+              f"{r['best_s']:.4f} | {r['time_over_floor']:.2f} | {r['peak_extra_mib']:,.1f} |")
+
+
 # ---------------------------------------------------------------- the table (parent)
 
 
@@ -170,15 +268,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     parser.add_argument("--repeat", type=int, default=None,
-                        help="runs of floor and engine per size, best time kept (default 3, 2 at train size)")
+                        help="runs of floor and engine per size, best time kept (default 3; on CPU 2 at train size)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: floor and engine in fp32/fp16/bf16 on the GPU, in this process")
+    parser.add_argument("--json", metavar="PATH", help="also write the measurements here as JSON")
     parser.add_argument("--child", nargs=4, metavar=("METHOD", "N", "M", "INNER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], *map(int, args.child[1:]))
         return
     small, large = ((1_000, 5_000), (10_000, 50_000)) if args.quick else (COCO_5K, COCO_TRAIN)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit(f"retrieval_recall.py: --device cuda, but torch {torch.__version__} sees no CUDA device")
+        records = gpu_table([(small, ("rows", "full")), (large, ())], args.repeat or 3)
+        print_gpu_table(records)
+        if args.json:
+            write_json(args.json, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                   "cuda": torch.version.cuda, "dim": D, "records": records})
+        return
     plan = [(small, args.repeat or 3, ("rows", "full")), (large, args.repeat or (3 if args.quick else 2), ())]
-    rows = []
+    rows, records = [], []
     for (n, m), repeat, once in plan:
         runs = {}
         for round_ in range(repeat):  # floor and engine alternate, so that load hits both alike
@@ -191,11 +303,23 @@ def main() -> None:
             memory = max(r["extra_bytes"] for r in results)
             rows.append(f"| {n:,} x {m:,} | {method} | {len(results)} | {best['seconds']:.2f} | "
                         f"{best['seconds'] / floor:.2f} | {memory / 2**20:,.1f} | {best['load']:.1f} |")
+            records.append({"items": n, "texts": m, "method": method, "precision": "fp32", "runs": len(results),
+                            "best_s": best["seconds"], "time_over_floor": best["seconds"] / floor,
+                            "peak_extra_mib": memory / 2**20, "load": best["load"]})
     print(f"\n{os.cpu_count()} CPU cores, torch threads {runs['floor'][0]['threads']}, D = {D}, float32\n")
     print("| items x texts | method | runs | best wall time (s) | time / floor | peak extra memory (MiB) "
           "| load avg (best run) |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if args.json:
+        write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "dim": D, "records": records})
+
+
+def write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,66 @@
-"""Shared fixtures: a tiny synthetic world and a tiny BLIP-shaped text encoder config."""
+"""Shared fixtures (a tiny synthetic world, a tiny BLIP-shaped text encoder config) and the
+``gpu`` marker's rule.
+
+A test marked ``@pytest.mark.gpu`` needs a CUDA device: without one it skips, and with
+``VLR_REQUIRE_GPU=1`` (set by ``benchmarks/gpu_check.sh``) it fails instead, as does any
+other skip of such a test (a missing package, say) and any skip of the whole module that
+holds it, so that the GPU check never passes by running nothing.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: set by benchmarks/gpu_check.sh: a ``gpu`` test may not skip
+REQUIRE_GPU = "VLR_REQUIRE_GPU"
+#: how benchmarks/gpu_check.sh finds the files that hold gpu tests
+_GPU_MARK = re.compile(r"\bmark\.gpu\b")
+
+
+def _gpu_required() -> bool:
+    return os.environ.get(REQUIRE_GPU, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason=f"needs a CUDA device (torch {torch.__version__}, CUDA build "
+                                       f"{torch.version.cuda}, none visible); benchmarks/gpu_check.sh runs it on one")
+        for item in gpu:
+            item.add_marker(skip)
+
+
+def _reason(longrepr) -> str:
+    return longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _gpu_required() and item.get_closest_marker("gpu") is not None:
+        report.outcome = "failed"
+        report.longrepr = f"a gpu test may not skip under {REQUIRE_GPU}=1; it did: {_reason(report.longrepr)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and _gpu_required() and isinstance(collector, pytest.Module)
+            and _GPU_MARK.search(collector.path.read_text(encoding="utf-8"))):  # e.g. a module-level importorskip
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid}: skipped whole under {REQUIRE_GPU}=1, so its gpu tests "
+                           f"would not run: {_reason(report.longrepr)}")
 
 
 @pytest.fixture(scope="session")

@@ -306,7 +306,7 @@ def test_agrees_with_torchmetrics_for_one_text_per_item():
         assert got[f"t2i_r{k}"] == pytest.approx(100 * t2i.mean().item(), abs=1e-4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_same_result_on_gpu(precision):
     items, texts, owner = _reference.random_problem(n_items=300, dim=64, seed=9, noise=1.0)
