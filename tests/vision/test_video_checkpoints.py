@@ -254,6 +254,13 @@ def test_files_load_through_the_constructor(tmp_path):
     assert read_state_dict(tmp_path / "umt.pth").keys() == sd.keys()
 
 
+def test_a_saved_transformers_model_folder_loads(tmp_path):
+    ref = _videomae(False)
+    ref.save_pretrained(tmp_path / "videomae")
+    vit = SpaceTimeViT(**TINY_VIT, pretrained=str(tmp_path / "videomae"))
+    assert torch.equal(vit.norm.weight, ref.layernorm.weight)
+
+
 def test_a_checkpoint_pickling_objects_is_not_read(tmp_path):
     from argparse import Namespace  # training checkpoints pickle their run's arguments or config
 

@@ -153,7 +153,7 @@ class SpaceTimeViT(nn.Module):
 
         self.patch_embed = nn.Conv3d(3, width, kernel_size=(tubelet_size, patch_size, patch_size),
                                      stride=(tubelet_size, patch_size, patch_size))
-        self.pos_embed = pos_embed
+        self.pos_embed_kind = pos_embed
         if pos_embed == "learned":
             if pretrained_num_frames is not None or pretrained_image_size is not None:
                 raise ValueError("pretrained_num_frames / pretrained_image_size resample the fixed "
@@ -181,7 +181,7 @@ class SpaceTimeViT(nn.Module):
     def set_pretrained_geometry(self, num_frames: int | None = None, image_size: int | None = None) -> None:
         """Rebuild the fixed sin-cos tables for weights trained at ``num_frames`` x ``image_size``
         (None: this tower's own), resampled to this tower's grid."""
-        if self.pos_embed != "sincos":
+        if self.pos_embed_kind != "sincos":
             raise ValueError("only the fixed 'sincos' table is rebuilt; learnt tables are resampled "
                              "when a checkpoint is loaded")
         frames, size = num_frames or self.num_frames, image_size or self.image_size
@@ -202,7 +202,7 @@ class SpaceTimeViT(nn.Module):
         self.config["grad_checkpointing"] = enable
 
     def _positions(self, tubelets: int) -> torch.Tensor:
-        if self.pos_embed == "learned":
+        if self.pos_embed_kind == "learned":
             temporal = self.pos_embed_temporal[:, :tubelets]
             return (temporal[:, :, None] + self.pos_embed_spatial[:, None]).flatten(1, 2)
         return self.pos_image if tubelets == 1 and self.grid[0] != 1 else self.pos_video
@@ -257,4 +257,6 @@ class SpaceTimeViT(nn.Module):
 
     def to_config(self) -> dict[str, Any]:
         """A registry config (plain JSON types) that rebuilds this architecture without weights."""
-        return {"type": type(self).__name__, **self.config}
+        current = {"token_drop_ratio": self.token_drop_ratio, "token_drop_mode": self.token_drop_mode,
+                   "normalize": self.normalize}
+        return {"type": type(self).__name__, **self.config, **current}

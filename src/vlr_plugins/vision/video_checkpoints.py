@@ -86,9 +86,16 @@ class LoadedCheckpoint:
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: safetensors, or a torch file read weights-only.
 
-    A training checkpoint's ``model`` / ``module`` / ``state_dict`` entry is taken when present.
+    A folder (e.g. a downloaded transformers model) gives its ``model.safetensors`` or
+    ``pytorch_model.bin``. A training checkpoint's ``model`` / ``module`` / ``state_dict``
+    entry is taken when present.
     """
     path = Path(path)
+    if path.is_dir():
+        found = [path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()]
+        if not found:
+            raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
+        path = found[0]
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
     if path.suffix == ".safetensors":
@@ -216,7 +223,7 @@ def detect_layout(state_dict: Mapping[str, torch.Tensor]) -> str:
 
 
 def _resample_learnt(state: dict[str, torch.Tensor], model: nn.Module) -> None:
-    if getattr(model, "pos_embed", None) != "learned":
+    if getattr(model, "pos_embed_kind", None) != "learned":
         return
     temporal = state.get("pos_embed_temporal")
     if temporal is not None and temporal.shape != model.pos_embed_temporal.shape:
