@@ -9,7 +9,8 @@ whose pts is the one asked for; it keeps decoding instead of seeking when no key
 lies between the last frame decoded and the next one wanted. A frame that seeking does
 not reach is read again by decoding from the start, so results are exact even where a
 container's seeking is not. Streams whose packets carry no pts are decoded from the
-start and counted.
+start and counted. Frames are turned upright by the stream's display rotation, as
+torchcodec does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from vlr_plugins.data.video.errors import VideoDecodeError
@@ -99,25 +101,22 @@ class PyAVVideo:
         rate = stream.average_rate or stream.guessed_rate
         if rate is None:
             raise self._fail("cannot read the video", "its stream gives no frame rate")
-        ctx = stream.codec_context
         self._fps = float(rate)
-        self._size = (ctx.width, ctx.height)
-        self._codec = ctx.name
+        self._codec = stream.codec_context.name
         if None in pts or len(set(pts)) != len(pts):
             self._pts = None  # frames are found by counting, not by timestamp
-            self._count = self._count_by_decoding()
+            frames = self._decode_from_start()
         else:
             self._pts = sorted(pts)
-            self._count = len(self._pts)
             self._key_pts = sorted(keyframes)
-
-    def _count_by_decoding(self) -> int:
-        count = 0
-        for _ in self._decode_from_start():
-            count += 1
-        if not count:
+            frames = self._decode_from(self._key_pts[0]) if self._key_pts else self._decode_from_start()
+        first = next(frames, None)
+        if first is None:
             raise self._fail("the video is empty", "no frame could be decoded")
-        return count
+        # the size of the frames as returned: rotated upright, as torchcodec returns them
+        height, width = self._rgb(first).shape[:2]
+        self._size = (width, height)
+        self._count = len(self._pts) if self._pts is not None else 1 + sum(1 for _ in frames)
 
     @property
     def info(self) -> VideoInfo:
@@ -149,7 +148,12 @@ class PyAVVideo:
 
     @staticmethod
     def _rgb(frame: Any) -> torch.Tensor:
-        return torch.from_numpy(frame.to_ndarray(format="rgb24"))
+        """``(H, W, 3)`` uint8, turned upright by the display matrix's rotation (phone videos)."""
+        rgb = frame.to_ndarray(format="rgb24")
+        turns = round(frame.rotation / 90) % 4  # counter-clockwise quarter turns
+        if turns:
+            rgb = np.ascontiguousarray(np.rot90(rgb, turns))
+        return torch.from_numpy(rgb)
 
     def read(self, indices: Sequence[int]) -> dict[int, torch.Tensor]:
         """``{index: (H, W, 3) uint8}`` for the distinct, in-range ``indices``."""
