@@ -71,7 +71,8 @@ class PyAVVideo:
         if not container.streams.video:
             kinds = sorted({s.type for s in container.streams}) or ["none"]
             container.close()
-            raise self._fail("cannot open the video", f"the file has no video stream (streams: {', '.join(kinds)})")
+            raise self._fail("cannot open the video",
+                             f"the file has no video stream (streams: {', '.join(kinds)})")
         self._stream = container.streams.video[0]
         return container
 

@@ -41,7 +41,8 @@ def _read(video: PyAVVideo | TorchCodecVideo, indices: Sequence[int]) -> torch.T
     count = video.info.num_frames
     bad = [i for i in indices if not 0 <= i < count]
     if bad:
-        raise IndexError(f"{video.path}: frame index {bad[0]} out of range; the video has {count} frames (0..{count - 1})")
+        raise IndexError(f"{video.path}: frame index {bad[0]} out of range; "
+                         f"the video has {count} frames (0..{count - 1})")
     if len(indices) == 0:
         return torch.empty(0, video.info.height, video.info.width, 3, dtype=torch.uint8)
     frames = video.read(indices)

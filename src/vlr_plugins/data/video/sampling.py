@@ -49,10 +49,13 @@ def window_frames(num_video_frames: int, window: Sequence[float | None], video_f
     if end is not None and not float(end) > start:
         raise ValueError(f"window end must be after its start, found {window!r}")
     first = max(0, math.floor(start * video_fps + _EDGE_EPS))
-    stop = num_video_frames if end is None else min(num_video_frames, math.ceil(float(end) * video_fps - _EDGE_EPS))
+    stop = num_video_frames
+    if end is not None:
+        stop = min(stop, math.ceil(float(end) * video_fps - _EDGE_EPS))
     if first >= num_video_frames:
         raise ValueError(f"window {tuple(window)!r} starts after the video's end "
-                         f"({num_video_frames} frames at {video_fps:g} fps = {num_video_frames / video_fps:g} s)")
+                         f"({num_video_frames} frames at {video_fps:g} fps = "
+                         f"{num_video_frames / video_fps:g} s)")
     return range(first, max(stop, first + 1))
 
 
@@ -141,15 +144,20 @@ def frame_indices(
     if strategy not in FRAME_STRATEGIES:
         raise ValueError(f"unknown frame sampling strategy {strategy!r}; expected one of {FRAME_STRATEGIES}")
     if int(num_video_frames) != num_video_frames or num_video_frames < 1:
-        raise ValueError(f"a video needs at least one frame to sample from, found num_video_frames={num_video_frames!r}")
+        raise ValueError("a video needs at least one frame to sample from, "
+                         f"found num_video_frames={num_video_frames!r}")
     if strategy != "fps" and (num_samples is None or num_samples < 1):
         raise ValueError(f"strategy {strategy!r} needs num_samples >= 1, found {num_samples!r}")
-    candidates = range(num_video_frames) if window is None else window_frames(num_video_frames, window, video_fps)
+    if window is None:
+        candidates = range(num_video_frames)
+    else:
+        candidates = window_frames(num_video_frames, window, video_fps)
     first, length = candidates.start, len(candidates)
 
     if strategy == "fps":
         if fps is None or not fps > 0 or video_fps is None or not video_fps > 0:
-            raise ValueError(f"strategy 'fps' needs fps > 0 and video_fps > 0, found fps={fps!r}, video_fps={video_fps!r}")
+            raise ValueError("strategy 'fps' needs fps > 0 and video_fps > 0, "
+                             f"found fps={fps!r}, video_fps={video_fps!r}")
         if num_samples is not None and num_samples < 1:
             raise ValueError(f"strategy 'fps' caps at num_samples >= 1 (or None), found {num_samples!r}")
         return [first + o for o in _fps_offsets(length, video_fps, fps, num_samples)]

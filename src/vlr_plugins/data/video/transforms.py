@@ -102,7 +102,8 @@ class VideoTransform:
             raise ValueError(f"eval_resize must be one of {_EVAL_RESIZES}, found {eval_resize!r}")
         if int(size) != size or size < 1:
             raise ValueError(f"size must be a positive integer, found {size!r}")
-        self.train, self.size, self.scale, self.eval_resize = bool(train), int(size), tuple(scale), eval_resize
+        self.train, self.size = bool(train), int(size)
+        self.scale, self.eval_resize = tuple(scale), eval_resize
         self.mean, self.std = _mean_std(mean, std)
         self._pipeline = self._build()
 
@@ -111,13 +112,16 @@ class VideoTransform:
 
         bicubic = InterpolationMode.BICUBIC
         if self.train:
-            geometry = [v2.RandomResizedCrop(self.size, scale=self.scale, interpolation=bicubic, antialias=True),
-                        v2.RandomHorizontalFlip()]
+            geometry = [
+                v2.RandomResizedCrop(self.size, scale=self.scale, interpolation=bicubic, antialias=True),
+                v2.RandomHorizontalFlip(),
+            ]
         elif self.eval_resize == "center_crop":
             geometry = [v2.Resize(self.size, interpolation=bicubic, antialias=True), v2.CenterCrop(self.size)]
         else:
             geometry = [v2.Resize((self.size, self.size), interpolation=bicubic, antialias=True)]
-        return v2.Compose([*geometry, v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)])
+        to_unit = v2.ToDtype(torch.float32, scale=True)
+        return v2.Compose([*geometry, to_unit, v2.Normalize(self.mean, self.std)])
 
     def __call__(self, frames: torch.Tensor) -> torch.Tensor:
         from torchvision import tv_tensors
@@ -133,8 +137,15 @@ class VideoTransform:
         return f"VideoTransform({kind}, size={self.size}, mean={self.mean}, std={self.std})"
 
 
-def video_transform(train: bool, size: int, mean: Sequence[float], std: Sequence[float], *,
-                    scale: tuple[float, float] = (0.5, 1.0), eval_resize: str = "center_crop") -> VideoTransform:
+def video_transform(
+    train: bool,
+    size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    *,
+    scale: tuple[float, float] = (0.5, 1.0),
+    eval_resize: str = "center_crop",
+) -> VideoTransform:
     """The frame transform for training (``train=True``) or evaluation, as a callable.
 
     Args:
