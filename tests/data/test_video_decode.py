@@ -215,3 +215,11 @@ def test_bad_files_raise_a_data_format_error_naming_path_and_reason(bad_files, n
 def test_unknown_backend_is_refused(videos):
     with pytest.raises(ValueError, match="unknown video backend 'decord'; expected one of"):
         video_info(videos["h264"], backend="decord")
+
+
+def test_torchcodec_that_cannot_load_is_an_import_error_not_a_bad_file(videos, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # as when FFmpeg's libraries are missing
+    with pytest.raises(ImportError, match="the 'torchcodec' video backend needs .* FFmpeg's shared libraries"):
+        video_info(videos["h264"], backend="torchcodec")

@@ -29,11 +29,12 @@ def torchcodec_decoder_class() -> Any:
     try:
         from torchcodec.decoders import VideoDecoder
     except Exception as e:  # ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ImportError(
-            "the 'torchcodec' video backend needs `pip install torchcodec` and the FFmpeg shared "
-            "libraries (Debian: apt-get install libavcodec59 libavformat59 libavdevice59 "
-            f"libavfilter8 libswscale6; docs/video.md); loading it failed: {type(e).__name__}: "
-            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            "the 'torchcodec' video backend needs `pip install torchcodec` (a build matching torch) "
+            "and FFmpeg's shared libraries (Debian/Ubuntu: scripts/install_ffmpeg_libs.sh, or "
+            "apt-get install ffmpeg; docs/video.md); backend='pyav' needs neither. Loading it "
+            f"failed: {type(e).__name__}: {first_line}"
         ) from e
     return VideoDecoder
 
