@@ -1,7 +1,7 @@
 """Benchmark: sampled video frames per second, decoded per item vs already in memory.
 
-    python benchmarks/video_decode.py            # 10 s and 60 s clips, about 5 minutes on 2 cores
-    python benchmarks/video_decode.py --quick    # fewer, shorter clips, about a minute
+    python benchmarks/video_decode.py            # 10 s and 60 s clips; ~15 min on 2 busy cores
+    python benchmarks/video_decode.py --quick    # 10 s clips, middle, 0 and 2 workers; ~2 min
 
 Writes synthetic H.264 clips (320x240, 30 fps, CRF 23, a keyframe every 2 s, B-frames:
 what web video is like) with PyAV, then runs one data-loader epoch per configuration. An
