@@ -5,9 +5,10 @@
 * :func:`sample_frames` -- :func:`~vlr_plugins.data.video.frame_indices` and
   :func:`read_frames` on one opened file.
 
-``backend="pyav"`` (the default; PyAV's wheels carry FFmpeg) or ``"torchcodec"`` (faster
-seeking, needs the system's FFmpeg libraries). Both index every frame of the file before
-decoding and return the same frames; what each does is in docs/video.md. A file that
+``backend="pyav"`` (the default; PyAV's wheels carry FFmpeg) or ``"torchcodec"`` (seeking
+in C++ on the system's FFmpeg libraries; slower than PyAV in docs/benchmarks.md). Both
+index every frame of the file before decoding and return the same frames; what each
+does is in docs/video.md. A file that
 cannot be read raises :class:`~vlr_plugins.data.video.VideoDecodeError` (a
 :class:`~vlr_plugins.data.DataFormatError`) naming the path and the decoder's reason.
 """
