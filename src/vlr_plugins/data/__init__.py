@@ -1,8 +1,10 @@
 """Training data: samples with their texts, text views, media sources (stored embeddings,
-image files) and the one text-views dataset every trainer adapts.
+image files), video frames (sampling, decoding, transforms) and the one text-views
+dataset every trainer adapts.
 
 Importing this package needs only torch and the standard library; safetensors,
-pyarrow, PIL and transformers are imported by the functions that use them.
+pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are imported by the
+functions that use them.
 """
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
@@ -31,6 +33,23 @@ from vlr_plugins.data.text_views import (
     TextViews,
     check_samples_have_views,
     draw_texts,
+)
+from vlr_plugins.data.video import (
+    CLIP_MEAN,
+    CLIP_STD,
+    FRAME_STRATEGIES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    VIDEO_BACKENDS,
+    VideoDecodeError,
+    VideoInfo,
+    frame_indices,
+    normalization_of,
+    read_frames,
+    sample_frames,
+    video_info,
+    video_transform,
+    window_frames,
 )
 
 __all__ = [
@@ -65,4 +84,19 @@ __all__ = [
     "check_samples_have_views",
     "SyntheticWorld",
     "SyntheticWorldConfig",
+    "FRAME_STRATEGIES",
+    "frame_indices",
+    "window_frames",
+    "VIDEO_BACKENDS",
+    "VideoInfo",
+    "VideoDecodeError",
+    "video_info",
+    "read_frames",
+    "sample_frames",
+    "video_transform",
+    "normalization_of",
+    "CLIP_MEAN",
+    "CLIP_STD",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
 ]
