@@ -1,0 +1,17 @@
+"""Asking language models: one chat client for every OpenAI-compatible endpoint, shared by
+the LLM-judged metrics (CapST) and the caption-generation pipelines.
+
+``import vlr_plugins.generate`` needs no extra package; building a client needs ``openai``
+(``pip install 'vlr-plugins[generate]'``).
+"""
+
+from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
+from vlr_plugins.generate.cache import ChatCache, cache_key
+from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings, EndpointError
+from vlr_plugins.generate.json_answer import MalformedAnswer, parse_json_answer, reask_messages
+from vlr_plugins.generate.retry import RetryPolicy, retry_after_seconds, retryable_status
+from vlr_plugins.generate.summary import RunSummary
+
+__all__ = ["OpenAIChatClient", "ChatCache", "cache_key", "ChatRequest", "ChatResult", "ChatSettings",
+           "EndpointError", "MalformedAnswer", "parse_json_answer", "reask_messages", "RetryPolicy",
+           "retry_after_seconds", "retryable_status", "RunSummary"]

@@ -1,0 +1,233 @@
+"""One chat client for every OpenAI-compatible endpoint (OpenAI, DeepSeek, vLLM, SGLang,
+llama.cpp's server ...), built on the ``openai`` package: concurrent, retried, cached."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from vlr_plugins.errors import ConfigError
+from vlr_plugins.generate.cache import ChatCache, cache_key
+from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings, EndpointError
+from vlr_plugins.generate.json_answer import reask_messages
+from vlr_plugins.generate.retry import retry_after_seconds, retryable_status
+from vlr_plugins.generate.summary import RunSummary
+
+__all__ = ["OpenAIChatClient"]
+
+log = logging.getLogger(__name__)
+
+#: statuses that say every request will fail the same way: stop the run
+_FATAL = {401: "the key was refused", 403: "the key may not use this model",
+          404: "no such model or URL (an OpenAI-compatible base URL usually ends in /v1)"}
+
+
+class _CallFailed(Exception):
+    """A call failed for good (retries exhausted, or a status not worth retrying)."""
+
+
+def _import_openai():
+    try:
+        import openai
+    except ImportError as e:
+        raise ImportError("the chat client needs the openai package: "
+                          "pip install 'vlr-plugins[generate]'") from e
+    return openai
+
+
+class OpenAIChatClient:
+    """Ask an OpenAI-compatible chat endpoint many things at once, and keep every answer.
+
+    Expects :class:`~vlr_plugins.generate.ChatSettings` (URL, model, concurrency, retries,
+    sampling) and reads the API key from ``api_key`` or the environment variable
+    ``settings.api_key_env``. The key is never logged, printed, stored in the cache, or part
+    of an error message (text an endpoint echoes back is scrubbed of it).
+
+    - :meth:`complete_many` runs up to ``settings.concurrency`` requests at a time on a
+      thread pool and returns their results in input order, with a tqdm progress bar;
+    - a call that meets a 429, a 5xx, a timeout or a dropped connection is made again
+      after an exponential, jittered backoff that honours ``Retry-After``, at most
+      ``settings.max_retries`` times; 401/403/404 stop the run (:class:`EndpointError`);
+    - with ``cache`` (a path or a :class:`ChatCache`), each answer is stored as it arrives,
+      keyed by (model, messages, sampling params): a rerun makes no call it already made;
+    - a request with ``parse`` whose answer does not parse is asked again, naming the
+      problem, up to ``settings.reasks`` times; then it is a failed result, counted in
+      :attr:`summary` (:class:`~vlr_plugins.generate.RunSummary`), never a silent value.
+
+    The same settings drive other backends later (batch generation); results and summary
+    are the backend-independent types of :mod:`vlr_plugins.generate.chat`.
+
+    Example::
+
+        >>> settings = ChatSettings(model="Qwen/Qwen2.5-7B-Instruct",
+        ...                         base_url="http://127.0.0.1:8000/v1")  # vllm serve
+        >>> with OpenAIChatClient(settings, cache="llm-cache.sqlite") as client:  # doctest: +SKIP
+        ...     results = client.complete_many([[{"role": "user", "content": "Say hi."}]])
+        ...     print(results[0].text, client.summary)
+    """
+
+    def __init__(self, settings: ChatSettings, *, cache: ChatCache | str | os.PathLike[str] | None = None,
+                 api_key: str | None = None, progress: bool = True) -> None:
+        openai = _import_openai()
+        key = api_key if api_key is not None else os.environ.get(settings.api_key_env)
+        if not key:
+            raise ConfigError(f"no API key: set the environment variable {settings.api_key_env} "
+                              "(or choose another variable in the settings); a local server "
+                              "without authentication takes any value, e.g. EMPTY")
+        self.settings = settings
+        self.summary = RunSummary()
+        self.progress = progress
+        self._secret = key
+        self._openai = openai
+        self._policy = settings.retry_policy()
+        self._owns_cache = cache is not None and not isinstance(cache, ChatCache)
+        self.cache = ChatCache(cache) if self._owns_cache else cache
+        self._client = openai.OpenAI(api_key=key, base_url=settings.base_url,
+                                     timeout=settings.timeout, max_retries=0)
+
+    # --- public -----------------------------------------------------------------------
+
+    def complete(self, request: ChatRequest | Sequence[Mapping[str, Any]]) -> ChatResult:
+        """One request (a :class:`ChatRequest` or a list of messages), answered or failed."""
+        return self._run(_as_request(request))
+
+    def complete_many(self, requests: Sequence[ChatRequest | Sequence[Mapping[str, Any]]],
+                      *, desc: str = "chat") -> list[ChatResult]:
+        """Every request, ``settings.concurrency`` at a time; results in input order.
+
+        An :class:`EndpointError` (or an interrupt) cancels the requests not yet started
+        and is raised; answers already received stay in the cache.
+        """
+        reqs = [_as_request(r) for r in requests]
+        results: list[ChatResult | None] = [None] * len(reqs)
+        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="vlr-chat")
+        try:
+            futures = {pool.submit(self._run, r): i for i, r in enumerate(reqs)}
+            with tqdm(total=len(reqs), desc=desc, disable=not self.progress, leave=False) as bar:
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._client.close()
+        if self._owns_cache and self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> OpenAIChatClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"OpenAIChatClient(model={self.settings.model!r}, base_url={self.settings.base_url!r}, "
+                f"key from ${self.settings.api_key_env})")
+
+    # --- one request ------------------------------------------------------------------
+
+    def _run(self, request: ChatRequest) -> ChatResult:
+        self.summary.add(requests=1)
+        messages = [dict(m) for m in request.messages]
+        for tries in range(1, self.settings.reasks + 2):
+            try:
+                text = self._answer(messages)
+            except _CallFailed as e:
+                self.summary.add(failures=1)
+                log.warning("request failed: %s", e)
+                return ChatResult(error=str(e))
+            if request.parse is None:
+                return ChatResult(text=text)
+            try:
+                return ChatResult(text=text, value=request.parse(text))
+            except ValueError as e:
+                problem = self._scrub(str(e))
+                self.summary.add(malformed=1)
+            if tries > self.settings.reasks:
+                self.summary.add(failures=1)
+                log.warning("malformed answer after %d tries: %s", tries, problem)
+                return ChatResult(text=text, error=f"malformed answer after {tries} tries: {problem}")
+            self.summary.add(reasks=1)
+            messages = reask_messages(messages, text, problem)
+        raise AssertionError("unreachable")
+
+    def _answer(self, messages: list[dict[str, Any]]) -> str:
+        """The answer's text, from the cache or the endpoint (with retries)."""
+        sampling = dict(self.settings.sampling)
+        key = cache_key(self.settings.model, messages, sampling)
+        if self.cache is not None:
+            cached = self.cache.get(key)
+            if cached is not None:
+                self.summary.add(cache_hits=1)
+                return cached
+        text = self._call_with_retries(messages, sampling)
+        if self.cache is not None:
+            self.cache.put(key, {"model": self.settings.model, "messages": messages, "params": sampling}, text)
+        return text
+
+    def _call_with_retries(self, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> str:
+        openai = self._openai
+        for attempt in range(self._policy.max_retries + 1):
+            retry_after = None
+            self.summary.add(calls=1)
+            try:
+                response = self._client.chat.completions.create(
+                    model=self.settings.model, messages=messages, **sampling)
+            except openai.APIStatusError as e:
+                status = e.status_code
+                problem = f"HTTP {status}: {self._scrub(_status_message(e))}"
+                if status in _FATAL:
+                    raise EndpointError(
+                        f"{self.settings.base_url or 'the default OpenAI URL'} refused model "
+                        f"{self.settings.model!r}: {problem} ({_FATAL[status]}; the key is read "
+                        f"from ${self.settings.api_key_env})") from None
+                if not retryable_status(status):
+                    raise _CallFailed(f"{problem} (not retried)") from None
+                retry_after = retry_after_seconds(e.response.headers)
+            except openai.APIConnectionError as e:
+                kind = "timed out" if isinstance(e, openai.APITimeoutError) else "connection failed"
+                problem = f"{kind}: {self._scrub(str(e))}"
+            else:
+                return self._text_of(response)
+            if attempt == self._policy.max_retries:
+                raise _CallFailed(f"{problem} (after {attempt + 1} calls)")
+            delay = self._policy.delay(attempt, retry_after)
+            log.info("retrying in %.1fs (retry %d of %d): %s", delay, attempt + 1,
+                     self._policy.max_retries, problem)
+            self.summary.add(retries=1)
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _text_of(self, response: Any) -> str:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise _CallFailed("the endpoint answered without a choice")
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            self.summary.add(prompt_tokens=usage.prompt_tokens or 0,
+                             completion_tokens=usage.completion_tokens or 0)
+        return choices[0].message.content or ""
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the key replaced, for text an endpoint or a library echoed back."""
+        return text.replace(self._secret, "***") if len(self._secret) >= 4 else text
+
+
+def _status_message(e: Exception) -> str:
+    """The endpoint's own error message (``{"error": {"message": ...}}``), else the library's."""
+    body = getattr(e, "body", None)
+    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+        return body["message"]
+    return str(getattr(e, "message", e))
+
+
+def _as_request(request: ChatRequest | Sequence[Mapping[str, Any]]) -> ChatRequest:
+    return request if isinstance(request, ChatRequest) else ChatRequest(messages=request)

@@ -1,0 +1,96 @@
+"""Every chat answer on disk, keyed by what was asked: a rerun costs nothing, and a killed
+run keeps every answer it had received."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vlr_plugins.errors import UserError
+
+__all__ = ["ChatCache", "cache_key"]
+
+
+def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of ``(model, messages, sampling params)`` as canonical JSON.
+
+    Key order inside the mappings does not matter; everything else does (a changed prompt,
+    a second turn, another temperature or ``max_tokens`` is another request). The endpoint's
+    URL is not part of the key: the same model name served elsewhere shares answers.
+    """
+    canonical = json.dumps({"model": model, "messages": list(messages), "params": dict(params)},
+                           sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ChatCache:
+    """Answers of chat requests in one SQLite file, written as each answer arrives.
+
+    Every :meth:`put` is its own committed transaction in WAL mode, so a process killed
+    with ``kill -9`` loses only the calls that were still in flight; several threads
+    (one lock) and several processes (SQLite's file locks, waiting up to ``timeout``
+    seconds) may share one file. Each row keeps the request (model, messages, params)
+    next to the answer, so the file can be read to see what a judge was asked.
+
+    The cache never holds an API key: keys are not part of a request.
+
+    Example::
+
+        >>> cache = ChatCache(tmp_path / "llm-cache.sqlite")  # doctest: +SKIP
+        >>> key = cache_key("judge", [{"role": "user", "content": "hi"}], {"temperature": 0})
+        >>> cache.get(key) is None  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a commit survives the process being killed (not a power cut)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, "
+                             "request TEXT NOT NULL, answer TEXT NOT NULL, created REAL NOT NULL)")
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{self.path}: not a chat cache (an SQLite file was expected: {e}); "
+                            "give another --cache path or remove the file") from None
+
+    def get(self, key: str) -> str | None:
+        """The answer stored under ``key``, or ``None``."""
+        with self._lock:
+            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def put(self, key: str, request: Mapping[str, Any], answer: str) -> None:
+        """Store ``answer`` for ``key`` (committed before returning); a second put replaces it."""
+        payload = json.dumps(request, ensure_ascii=False, sort_keys=True)
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO answers (key, request, answer, created) "
+                             "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ChatCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ChatCache({str(self.path)!r})"

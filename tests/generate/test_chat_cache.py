@@ -1,0 +1,67 @@
+"""ChatCache and cache_key: stable keys, answers that persist, many writers, a foreign file refused."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from vlr_plugins.errors import UserError
+from vlr_plugins.generate import ChatCache, cache_key
+
+MESSAGES = [{"role": "user", "content": "Extract the events."}]
+
+
+def test_the_key_depends_on_model_messages_and_params_not_on_key_order():
+    base = cache_key("judge", MESSAGES, {"temperature": 0.0, "max_tokens": 10})
+    assert base == cache_key("judge", [{"content": "Extract the events.", "role": "user"}],
+                             {"max_tokens": 10, "temperature": 0.0})
+    others = [cache_key("judge-2", MESSAGES, {"temperature": 0.0, "max_tokens": 10}),
+              cache_key("judge", [*MESSAGES, {"role": "assistant", "content": "?"}],
+                        {"temperature": 0.0, "max_tokens": 10}),
+              cache_key("judge", MESSAGES, {"temperature": 0.5, "max_tokens": 10}),
+              cache_key("judge", MESSAGES, {"temperature": 0.0})]
+    assert len({base, *others}) == 5
+    assert len(base) == 64 and int(base, 16) >= 0
+
+
+def test_answers_persist_across_instances_and_keep_their_request(tmp_path):
+    path = tmp_path / "sub" / "cache.sqlite"
+    request = {"model": "judge", "messages": MESSAGES, "params": {}}
+    key = cache_key("judge", MESSAGES, {})
+    with ChatCache(path) as cache:
+        assert cache.get(key) is None
+        cache.put(key, request, "événements: []")
+        # committed at once: visible to another connection while the first is open
+        with ChatCache(path) as other:
+            assert other.get(key) == "événements: []"
+    with ChatCache(path) as cache:
+        assert cache.get(key) == "événements: []" and len(cache) == 1
+        cache.put(key, request, "replaced")
+        assert cache.get(key) == "replaced" and len(cache) == 1
+        import sqlite3
+
+        row = sqlite3.connect(path).execute("SELECT request FROM answers").fetchone()
+        assert '"Extract the events."' in row[0]
+
+
+def test_many_threads_write_one_cache(tmp_path):
+    with ChatCache(tmp_path / "cache.sqlite") as cache:
+        def write(t):
+            for i in range(50):
+                cache.put(f"{t}-{i}", {"i": i}, f"answer {t}-{i}")
+
+        threads = [threading.Thread(target=write, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(cache) == 400
+        assert cache.get("7-49") == "answer 7-49"
+
+
+def test_a_file_that_is_not_a_cache_is_refused_by_name(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 20)
+    with pytest.raises(UserError, match=r"notes\.sqlite: not a chat cache"):
+        ChatCache(path)
