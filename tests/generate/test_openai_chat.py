@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("openai")
 
-from _fake_openai import FakeOpenAI, answer, drop, error, in_order  # noqa: E402
+from _fake_openai import FakeOpenAI, answer, drop, error, in_order
 
-from vlr_plugins.errors import ConfigError  # noqa: E402
-from vlr_plugins.generate import (  # noqa: E402
+from vlr_plugins.errors import ConfigError
+from vlr_plugins.generate import (
     ChatCache,
     ChatRequest,
     ChatSettings,
@@ -28,7 +28,7 @@ from vlr_plugins.generate import (  # noqa: E402
     OpenAIChatClient,
     parse_json_answer,
 )
-from vlr_plugins.generate.json_answer import REASK_PROMPT  # noqa: E402
+from vlr_plugins.generate.json_answer import REASK_PROMPT
 
 KEY = "sk-test-0123456789abcdef-secret"
 FAST = {"backoff": 0.01, "max_backoff": 0.05}

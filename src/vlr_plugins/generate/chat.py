@@ -9,7 +9,7 @@ from typing import Any
 from vlr_plugins.errors import ConfigError, UserError
 from vlr_plugins.generate.retry import RetryPolicy
 
-__all__ = ["ChatSettings", "ChatRequest", "ChatResult", "EndpointError"]
+__all__ = ["ChatRequest", "ChatResult", "ChatSettings", "EndpointError"]
 
 #: request fields a client sets itself; never sampling parameters
 _RESERVED = frozenset({"model", "messages", "stream", "n"})
@@ -65,7 +65,8 @@ class ChatSettings:
         if not isinstance(self.model, str) or not self.model.strip():
             raise ConfigError(f"model: expected a model name, found {self.model!r}")
         if not self.api_key_env or not isinstance(self.api_key_env, str):
-            raise ConfigError(f"api_key_env: expected an environment variable name, found {self.api_key_env!r}")
+            raise ConfigError("api_key_env: expected an environment variable name, "
+                              f"found {self.api_key_env!r}")
         for name, low in (("concurrency", 1), ("max_retries", 0), ("reasks", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -86,7 +87,8 @@ class ChatSettings:
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(known)})")
         return cls(**dict(data))
 
     def retry_policy(self) -> RetryPolicy:

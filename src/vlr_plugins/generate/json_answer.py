@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MalformedAnswer", "parse_json_answer", "reask_messages", "REASK_PROMPT"]
+__all__ = ["REASK_PROMPT", "MalformedAnswer", "parse_json_answer", "reask_messages"]
 
 #: the follow-up turn that asks for a malformed answer again; ``{problem}`` names what was wrong
 REASK_PROMPT = ("Your answer could not be read: {problem}. Answer again with only what was "

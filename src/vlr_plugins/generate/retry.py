@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-__all__ = ["RetryPolicy", "retryable_status", "retry_after_seconds"]
+__all__ = ["RetryPolicy", "retry_after_seconds", "retryable_status"]
 
 
 def retryable_status(status: int) -> bool:

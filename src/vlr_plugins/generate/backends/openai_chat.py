@@ -72,7 +72,8 @@ class OpenAIChatClient:
         ...     print(results[0].text, client.summary)
     """
 
-    def __init__(self, settings: ChatSettings, *, cache: ChatCache | str | os.PathLike[str] | None = None,
+    def __init__(self, settings: ChatSettings, *,
+                 cache: ChatCache | str | os.PathLike[str] | None = None,
                  api_key: str | None = None, progress: bool = True) -> None:
         openai = _import_openai()
         key = api_key if api_key is not None else os.environ.get(settings.api_key_env)
@@ -170,7 +171,8 @@ class OpenAIChatClient:
                 return cached
         text = self._call_with_retries(messages, sampling)
         if self.cache is not None:
-            self.cache.put(key, {"model": self.settings.model, "messages": messages, "params": sampling}, text)
+            request = {"model": self.settings.model, "messages": messages, "params": sampling}
+            self.cache.put(key, request, text)
         return text
 
     def _call_with_retries(self, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> str:

@@ -1,0 +1,55 @@
+"""CapST (CaReBench, Xu et al. 2025, sec. 3.4.2): detailed video captions scored by an LLM
+judge on the events (action) and objects they get right, and CaRe's unified score.
+
+Needs a chat endpoint (:mod:`vlr_plugins.generate`, the ``[generate]`` extra) to run; the
+scoring, prompts and report need nothing beyond the core.
+"""
+
+from vlr_plugins.eval.capst.answers import NLI_LABELS, parse_elements, parse_judgement
+from vlr_plugins.eval.capst.evaluate import capst_requests_per_video, evaluate_capst
+from vlr_plugins.eval.capst.inputs import (
+           CapstReference,
+           read_captions_jsonl,
+           read_carebench_references,
+)
+from vlr_plugins.eval.capst.prompts import (
+           ELEMENT_KINDS,
+           extraction_messages,
+           judgement_messages,
+           prompt_template,
+)
+from vlr_plugins.eval.capst.report import capst_table_markdown, plot_capst_bars, write_capst_report
+from vlr_plugins.eval.capst.run import run_capst
+from vlr_plugins.eval.capst.scoring import (
+           SCORE_KINDS,
+           capst_table,
+           corpus_scores,
+           entailed_share,
+           f1_score,
+)
+from vlr_plugins.eval.capst.unified import unified_score
+
+__all__ = [
+           "ELEMENT_KINDS",
+           "NLI_LABELS",
+           "SCORE_KINDS",
+           "CapstReference",
+           "capst_requests_per_video",
+           "capst_table",
+           "capst_table_markdown",
+           "corpus_scores",
+           "entailed_share",
+           "evaluate_capst",
+           "extraction_messages",
+           "f1_score",
+           "judgement_messages",
+           "parse_elements",
+           "parse_judgement",
+           "plot_capst_bars",
+           "prompt_template",
+           "read_captions_jsonl",
+           "read_carebench_references",
+           "run_capst",
+           "unified_score",
+           "write_capst_report",
+]
