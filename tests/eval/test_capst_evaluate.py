@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("openai")
 
-from vlr_plugins.errors import UserError
+from vlr_plugins.errors import ConfigError, UserError
 from vlr_plugins.eval.capst import (
     CapstReference,
     evaluate_capst,
@@ -294,11 +294,22 @@ def test_run_capst_from_files_to_report(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", KEY)
     with FakeOpenAI(judge) as server:
         settings = ChatSettings(model="judge-1", base_url=server.url, api_key_env="MY_JUDGE_KEY")
-        result = run_capst(captions, annotations, tmp_path / "out", settings, progress=False)
+        with pytest.raises(ConfigError, match="no benchmark 'carebench'"):  # refused before any call
+            run_capst(captions, annotations, tmp_path / "out", settings, progress=False,
+                      retrieval={"recall": {"msrvtt": {}}}, retrieval_benchmark="carebench")
+        assert server.requests == []
+        retrieval = tmp_path / "results.json"
+        retrieval.write_text(json.dumps({"recall": {"carebench/general": {"t2i_r1": 70.0, "i2t_r1": 74.0}}}))
+        result = run_capst(captions, annotations, tmp_path / "out", settings, progress=False,
+                           retrieval=retrieval)
     assert result["label"] == "care7b" and result["judge"]["model"] == "judge-1"
     assert result["judge"]["api_key_env"] == "MY_JUDGE_KEY"
     assert_table(result["scores"], plain_scores(REFERENCES, CAPTIONS)[1])
     assert (tmp_path / "out" / "llm-cache.sqlite").exists()
+    overall = result["scores"]["overall"]
+    avg_f1 = (overall["action"]["f1"] + overall["object"]["f1"]) / 2
+    assert result["unified"] == pytest.approx({"avg_r1": 72.0, "avg_f1": avg_f1, "unified": (72.0 + avg_f1) / 2})
+    assert "Unified score (CaRe, CaReBench Table 5): " in (tmp_path / "out" / "capst.md").read_text()
     saved = json.loads((tmp_path / "out" / "capst.json").read_text())
     assert_table(saved["scores"], result["scores"])
     assert saved["label"] == "care7b"

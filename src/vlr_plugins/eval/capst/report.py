@@ -74,6 +74,10 @@ def _summary_lines(result: Mapping[str, Any]) -> list[str]:
     lines.append(f"Reference elements from the annotation file: events for {given['events']}, "
                  f"objects for {given['objects']} videos (the rest extracted"
                  f"{' from the temporal / spatial captions' if result['split_references'] else ''}).")
+    unified = result.get("unified")
+    if unified:
+        lines.append(f"Unified score (CaRe, CaReBench Table 5): {unified['unified']:.1f} = mean of "
+                     f"Avg R@1 {unified['avg_r1']:.1f} and Avg F1 {unified['avg_f1']:.1f}.")
     req = result["requests"]
     lines.append(f"Judge requests: {req['requests']} ({req['calls']} calls, "
                  f"{req['cache_hits']} cache hits, {req['retries']} retries, "

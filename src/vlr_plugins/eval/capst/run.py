@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins.errors import MissingFileError
 from vlr_plugins.eval.capst.evaluate import evaluate_capst
 from vlr_plugins.eval.capst.inputs import read_captions_jsonl, read_carebench_references
 from vlr_plugins.eval.capst.report import write_capst_report
+from vlr_plugins.eval.capst.unified import _retrieval_metrics, unified_score
 from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
 from vlr_plugins.generate.chat import ChatSettings
 
@@ -22,15 +26,21 @@ def run_capst(captions: str | os.PathLike[str], annotations: str | os.PathLike[s
               out_dir: str | os.PathLike[str], settings: ChatSettings, *, label: str | None = None,
               category_field: str = "category", split_references: bool = False,
               allow_missing: bool = False, cache: str | os.PathLike[str] | None = None,
-              api_key: str | None = None, progress: bool = True) -> dict[str, Any]:
+              api_key: str | None = None, progress: bool = True,
+              retrieval: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+              retrieval_benchmark: str | None = None) -> dict[str, Any]:
     """Score a captions JSONL against CaReBench's ``metadata.json`` with the judge that
     ``settings`` names, and write the report into ``out_dir``.
 
     Answers are cached in ``cache`` (default ``out_dir/llm-cache.sqlite``): a rerun after
     an interruption, or with another report, makes only the calls it lacks; pointing two
     models' runs at one cache file shares the reference extractions. ``label`` defaults
-    to the captions file's stem. Returns the CapST result with ``"label"``, ``"judge"``
-    (the settings, not the key), ``"captions"``, ``"annotations"`` and ``"files"``.
+    to the captions file's stem. With ``retrieval`` (the same model's ``vlr eval``
+    ``results.json``, or its dict), CaRe's unified score is added
+    (:func:`~vlr_plugins.eval.capst.unified_score`; ``retrieval_benchmark`` picks the
+    CaReBench general entry when the name is not the default). Returns the CapST result
+    with ``"label"``, ``"judge"`` (the settings, not the key), ``"captions"``,
+    ``"annotations"``, ``"unified"`` (or ``None``) and ``"files"``.
 
     Example::
 
@@ -40,6 +50,14 @@ def run_capst(captions: str | os.PathLike[str], annotations: str | os.PathLike[s
         ...           settings)["scores"]["overall"]  # doctest: +SKIP
     """
     label = label or Path(captions).stem
+    metrics = None
+    if retrieval is not None:  # checked before the judge is paid
+        if not isinstance(retrieval, Mapping):
+            if not os.path.isfile(retrieval):
+                raise MissingFileError(f"retrieval results {os.fspath(retrieval)}: no such file")
+            with open(retrieval, encoding="utf-8") as f:
+                retrieval = json.load(f)
+        metrics = _retrieval_metrics(retrieval, retrieval_benchmark)
     predicted = read_captions_jsonl(captions)
     references = read_carebench_references(annotations, category_field=category_field)
     cache_path = cache if cache is not None else Path(out_dir) / "llm-cache.sqlite"
@@ -49,5 +67,6 @@ def run_capst(captions: str | os.PathLike[str], annotations: str | os.PathLike[s
         log.info("CapST judge: %s", client.summary)
     result = {"label": label, "judge": settings.describe(), "captions": os.fspath(captions),
               "annotations": os.fspath(annotations), **result}
+    result["unified"] = None if metrics is None else unified_score(metrics, result)
     result["files"] = write_capst_report(result, out_dir, label=label)
     return result
