@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from typing import Any
 
 from vlr_plugins.errors import MissingFileError
@@ -41,6 +42,9 @@ def loss_config(loss: Any) -> dict[str, Any] | None:
         return None
     name = next((e.name for e in LOSSES.entries() if e.obj is type(loss)), type(loss).__name__)
     return json.loads(json.dumps({"type": name, **loss.get_config_dict()}))
+
+
+_REFUSED_OBJECT = re.compile(r"Unsupported global|GLOBAL |unrecognized function|Unsupported class")
 
 
 def _not_weights_only(path: str, e: BaseException) -> str:
@@ -85,9 +89,13 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
     if not os.path.isfile(path):
         raise MissingFileError(f"no checkpoint at {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of files it then refuses
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
-        if "weights only load failed" in str(e).lower():
+        # weights_only refuses Python objects by name (a GLOBAL); an opcode it does not know
+        # ("Unsupported operand") means the file is no torch.save pickle at all
+        if _REFUSED_OBJECT.search(str(e)):
             raise DataFormatError(path, _not_weights_only(path, e)) from None
         raise DataFormatError(path, f"not a PyTorch checkpoint (torch.load: {_gist(e)})") from None
     except Exception as e:  # noqa: BLE001 -- the file is the only input: whatever torch.load trips on is in it
@@ -97,7 +105,8 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
 
 
 def _gist(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    # torch's weights_only message is a page of advice (including weights_only=False); keep its finding
+    text = " ".join(str(e).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].split())
     return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
 
 

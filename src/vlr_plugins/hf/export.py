@@ -148,9 +148,12 @@ def export_text_encoder(
     capped at the encoder's positions.
 
     The folder is written beside ``out_dir`` and renamed into place, so a reader never
-    sees half an export; ``overwrite`` replaces an existing one. ``verify`` reloads the
+    sees half an export; ``overwrite`` replaces an earlier export, never a file or a
+    folder holding anything else (:func:`check_export_target`). ``verify`` reloads the
     weights from the written safetensors and checks they equal the encoder's. No file
-    that needs unpickling is written, and none is read but through ``weights_only``.
+    that needs unpickling is written, and none is read but through ``weights_only``; a
+    checkpoint that is not one of ``vlr train`` is refused with one error naming it
+    (:func:`~vlr_plugins.checkpoint_meta.check_text_encoder_checkpoint`).
     ``extra_files`` (name -> text or bytes; e.g. ``README.md``, eval results) are written
     into the folder before it is renamed into place.
 
@@ -161,12 +164,19 @@ def export_text_encoder(
         >>> AutoModel.from_pretrained("blip-c5", trust_remote_code=True)  # doctest: +SKIP
     """
     import vlr_plugins
+    from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
     from vlr_plugins.text import load_text_encoder
 
     out_dir = Path(out_dir)
     check_export_target(out_dir, overwrite=overwrite)
     if isinstance(encoder_or_checkpoint, (str, os.PathLike)):
-        encoder = load_text_encoder(encoder_or_checkpoint)
+        spec = os.fspath(encoder_or_checkpoint)
+        if spec.startswith("blip:"):
+            with loading_pretrained(spec[len("blip:"):], "encoder_or_checkpoint"):
+                encoder = load_text_encoder(spec)
+        else:
+            check_text_encoder_checkpoint(spec)  # one error naming the file, not torch.load's traceback
+            encoder = load_text_encoder(spec)
     elif isinstance(encoder_or_checkpoint, torch.nn.Module):
         encoder = encoder_or_checkpoint
     else:

@@ -196,16 +196,14 @@ def _check_repo_id(repo_id: str) -> None:
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
-    problem = None
+    detail = ""
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
-        problem = " ".join(str(e).split())
-    if problem is None and repo_id.count("/") != 1:
-        problem = "expected namespace/name"
-    if problem is not None:
+        detail = f" ({' '.join(str(e).split())})"
+    if detail or repo_id.count("/") != 1:
         raise PushError(f"not a valid Hub repository id {repo_id!r}: expected namespace/name, of letters, digits, "
-                        f"'-', '_' and '.' ({problem})")
+                        f"'-', '_' and '.'{detail}")
 
 
 def _resolved_token() -> tuple[str, ...]:
