@@ -52,8 +52,8 @@ def _not_weights_only(path: str, e: BaseException) -> str:
     what = f" (e.g. {found.group(1)})" if found else ""
     return (f"not a weights-only checkpoint: it holds pickled Python objects{what} that only a full "
             "unpickle could rebuild; unpickling a file can run any code, so vlr reads checkpoints with "
-            "torch.load(weights_only=True) only. Give the .pth that `vlr train` (or `vlr lavis-export`) "
-            "wrote, or re-save the checkpoint with plain tensors, numbers, strings, lists and dicts")
+            "torch.load(weights_only=True) only. Give a checkpoint `vlr train`, `vlr lavis-export` or "
+            "LAVIS wrote, or re-save it with plain tensors, numbers, strings, lists and dicts")
 
 
 def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
