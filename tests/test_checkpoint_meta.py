@@ -1,14 +1,23 @@
-"""What a checkpoint records for `vlr export`: the loss as an object configures itself, and meta read back."""
+"""What a checkpoint records for `vlr export`: the loss as an object configures itself, and meta read back;
+files that are no weights-only checkpoint refused by name."""
 
 from __future__ import annotations
 
 import json
+import pickle
+import re
 
 import pytest
 import torch
 
-from vlr_plugins.checkpoint_meta import loss_config, read_checkpoint_meta
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.checkpoint_meta import (
+    check_text_encoder_checkpoint,
+    load_weights_only,
+    loss_config,
+    read_checkpoint_meta,
+)
+from vlr_plugins.data import DataFormatError
+from vlr_plugins.errors import MissingFileError, UserError
 from vlr_plugins.losses import HardNegativeInfoNCELoss
 from vlr_plugins.registry import LOSSES
 
@@ -39,3 +48,56 @@ def test_read_checkpoint_meta(tmp_path):
     assert read_checkpoint_meta("blip:Salesforce/blip-itm-base-coco") == {}
     with pytest.raises(MissingFileError, match="no checkpoint at .*absent.pth"):
         read_checkpoint_meta(tmp_path / "absent.pth")
+
+
+def test_load_weights_only_reads_what_torch_save_wrote(tmp_path):
+    ckpt = {"meta": {"epoch": 3}, "state_dict": {"text_encoder.w": torch.arange(4.0)}}
+    for legacy in (False, True):  # the zip format (mapped with mmap=True) and the format before it
+        path = tmp_path / f"c{legacy}.pth"
+        torch.save(ckpt, path, _use_new_zipfile_serialization=not legacy)
+        for mmap in (False, True):
+            back = load_weights_only(path, mmap=mmap)
+            assert back["meta"] == {"epoch": 3} and torch.equal(back["state_dict"]["text_encoder.w"], torch.arange(4.0))
+
+
+class Temperature:  # a Python object: only a full unpickle rebuilds it
+    value = 0.05
+
+
+@pytest.mark.parametrize("write, problem", [
+    (lambda p: p.write_text("not a checkpoint\n"), "not a PyTorch checkpoint"),
+    (lambda p: p.write_bytes(b""), "not a PyTorch checkpoint (torch.load: EOFError)"),
+    (lambda p: p.write_bytes(pickle.dumps({"w": [1.0]})), "not a PyTorch checkpoint"),
+    (lambda p: torch.save({"meta": {"t": Temperature()}}, p), "not a weights-only checkpoint"),
+    (lambda p: torch.save(torch.nn.Linear(2, 2), p), "torch.nn.modules.linear.Linear"),
+    (lambda p: p.mkdir(), "is a folder"),
+])
+def test_load_weights_only_refuses_by_name_what_it_will_not_read(tmp_path, write, problem):
+    path = tmp_path / "model.pth"
+    write(path)
+    with pytest.raises(DataFormatError, match=re.escape(problem)) as info:
+        load_weights_only(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and isinstance(info.value, UserError)
+    assert "weights_only=False" not in message  # torch's advice to run the file's code is not passed on
+    with pytest.raises(MissingFileError, match="no checkpoint at .*absent.pth"):
+        load_weights_only(tmp_path / "absent.pth")
+
+
+def test_check_text_encoder_checkpoint(tmp_path):
+    arch = {"type": "BlipTextEncoder", "embed_dim": 8}
+    good = tmp_path / "good.pth"
+    torch.save({"meta": {"vlr_text_encoder": arch}, "state_dict": {"text_encoder.text_proj.weight": torch.ones(2)}}, good)
+    assert check_text_encoder_checkpoint(good) == {"vlr_text_encoder": arch}
+    assert check_text_encoder_checkpoint("blip:Salesforce/blip-itm-base-coco") == {}
+    cases = {
+        "tensor.pth": (torch.zeros(3), "expected a checkpoint mapping"),
+        "no-meta.pth": ({"state_dict": {"text_encoder.w": torch.ones(1)}}, "field 'meta.vlr_text_encoder'"),
+        "meta-list.pth": ({"meta": [1], "state_dict": {}}, "field 'meta'"),
+        "no-weights.pth": ({"meta": {"vlr_text_encoder": arch}, "state_dict": {"head.w": torch.ones(1)}},
+                           "field 'state_dict': holds no 'text_encoder.*' weights"),
+    }
+    for name, (obj, problem) in cases.items():
+        torch.save(obj, tmp_path / name)
+        with pytest.raises(DataFormatError, match=re.escape(problem)):
+            check_text_encoder_checkpoint(tmp_path / name)

@@ -53,3 +53,16 @@ def test_eval_without_a_budget_or_with_a_bad_file_exits_2(tiny_checkpoint, tiny_
     err = capsys.readouterr().err
     assert str(bad) in err and "benchmark 3" in err and "'reader'" in err and "unknown reader 'nope'" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_bug_in_the_engine_keeps_its_traceback(tiny_checkpoint, tiny_world, tmp_path, monkeypatch):
+    import vlr_plugins.eval.evaluate as evaluate
+
+    def engine_with_a_bug(*args, **kwargs):
+        raise ValueError("a bug in the engine")
+
+    monkeypatch.setattr(evaluate, "evaluate_retrieval_set", engine_with_a_bug)
+    with pytest.raises(ValueError, match="a bug in the engine"):  # not turned into an `error:` line
+        main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(write_benchmarks(tmp_path, tiny_world)),
+              "--protocol", "none", "--budget", "short=20", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

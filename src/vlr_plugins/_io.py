@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir"]
 
 
 @contextlib.contextmanager
@@ -40,3 +40,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def check_output_dir(path: str | os.PathLike, option: str, *, replaced_whole: bool = False) -> None:
+    """Raise :class:`~vlr_plugins.errors.UsageError` (naming ``option``) unless a command
+    can write the folder ``path``: it is a folder, or can be created as one, and the
+    folder the files go into is writable. Call it before any work, so that hours of
+    encoding do not end in "permission denied".
+
+    ``replaced_whole``: the command writes a sibling folder and renames it onto ``path``
+    (an embedding store, an export), so it is ``path``'s parent that must be writable.
+    Whether an existing output may be replaced is the command's own question (its
+    ``--overwrite``); this checks only the file system.
+    """
+    from vlr_plugins.errors import UsageError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(option, f"{path} is a file; expected a folder to write (or one not there yet)")
+    existing = path.parent if replaced_whole else path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(option, f"cannot create the folder {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        problem = (f"cannot write into {path}: the folder is not writable" if existing == path
+                   else f"cannot write {path}: the folder {existing} is not writable")
+        raise UsageError(option, problem)

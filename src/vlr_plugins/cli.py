@@ -105,74 +105,181 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of a count (``--batch-size``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {value}")
+    return value
+
+
+def _check_device(text: str) -> str:
+    """``--device`` as given, once it names a device this machine has; checked before any work."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError("--device", f"expected cpu, cuda, cuda:N or mps, found {text!r}") from None
+    backend = getattr(torch, device.type, None) if device.type != "cpu" else None
+    if backend is not None and hasattr(backend, "is_available") and not backend.is_available():
+        built = "" if device.type != "cuda" or torch.version.cuda else f" (this torch {torch.__version__} has no CUDA)"
+        raise UsageError("--device", f"{text!r}: no {device.type} device is available on this machine{built}; "
+                                     "use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError("--device", f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                                     f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return text
+
+
 def cmd_precompute(args: argparse.Namespace) -> int:
     import torch
 
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.data.embedding_store import check_store_target
     from vlr_plugins.data.precompute import list_images, load_encoder, precompute_image_embeddings
 
-    options = {"device": args.device} if args.encoder.startswith("blip:") else {}
-    with as_user_error(ValueError):  # a malformed --encoder spec
-        encoder = load_encoder(args.encoder, **options)
-    with as_user_error(FileNotFoundError, ValueError):  # no such folder or list; listed images missing
-        images = list_images(args.images)
+    # everything a run can be refused for is checked before a file is written or an image encoded
+    device = _check_device(args.device)
+    check_output_dir(args.out, "--out", replaced_whole=True)
+    check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
+    images = list_images(args.images)
+    options = {"device": device} if args.encoder.startswith("blip:") else {}
+    encoder = load_encoder(args.encoder, setting="--encoder", **options)
     dtype = {"float32": torch.float32, "float16": torch.float16}[args.dtype]
-    # --out exists (FileExistsError); --batch-size < 1, or the encoder's output has the wrong shape
-    with as_user_error(FileExistsError, ValueError):
-        store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size,
-                                            dtype=dtype, meta={"encoder": args.encoder},
-                                            overwrite=args.overwrite)
+    store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size, dtype=dtype,
+                                        meta={"encoder": args.encoder}, overwrite=args.overwrite)
     print(f"wrote {len(store)} embeddings of dim {store.dim} to {args.out}")
     return 0
 
 
+_MIN_TOKENS = 3  # [CLS] and [SEP] take 2
+
+
 def _pairs(items: Sequence[str] | None, option: str) -> dict[str, int]:
-    """``["short=20"]`` -> ``{"short": 20}``."""
+    """``["short=20"]`` -> ``{"short": 20}``; budgets below 3 tokens are refused."""
     out = {}
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
+        if not sep or not name or not value.isdigit():
             raise UsageError(option, f"expected NAME=INTEGER, found {item!r}")
+        if int(value) < _MIN_TOKENS:
+            raise UsageError(option, f"{item!r}: a budget must leave room for a word (>= {_MIN_TOKENS} tokens, "
+                                     "special tokens included)")
         out[name] = int(value)
     return out
 
 
 def _integers(text: str | None, option: str) -> list[int] | None:
-    """``"20,40,77"`` -> ``[20, 40, 77]``."""
+    """``"20,40,77"`` -> ``[20, 40, 77]``: distinct budgets of at least 3 tokens."""
     if not text:
         return None
     try:
-        return [int(b) for b in text.split(",")]
+        values = [int(b) for b in text.split(",")]
     except ValueError:
         raise UsageError(option, f"expected integers such as 20,40,77, found {text!r}") from None
+    if min(values) < _MIN_TOKENS:
+        raise UsageError(option, f"budgets must leave room for a word (>= {_MIN_TOKENS} tokens, special tokens "
+                                 f"included), found {min(values)}")
+    if len(set(values)) < len(values):
+        raise UsageError(option, f"a budget is given twice in {text!r}")
+    return values
+
+
+def _text_encoder(spec: str, option: str):
+    """The text encoder ``spec`` names (a ``vlr train`` checkpoint or ``blip:<name>``), each
+    way it can be unusable refused as one error naming ``option``."""
+    from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
+    from vlr_plugins.errors import loading_pretrained
+    from vlr_plugins.text import load_text_encoder
+
+    if spec.startswith("blip:"):
+        name = spec[len("blip:"):]
+        if not name:
+            raise UsageError(option, "'blip:' needs a model name or folder after the colon")
+        with loading_pretrained(name, option):
+            return load_text_encoder(spec)
+    if os.path.isdir(spec):
+        raise UsageError(option, f"{spec} is a folder: give the .pth checkpoint `vlr train` wrote, or "
+                                 f"blip:{spec} for a BLIP model folder")
+    if not os.path.exists(spec):
+        raise MissingFileError(f"{option}: no checkpoint at {spec} (give the .pth `vlr train` wrote, or "
+                               "blip:<hub name or folder>)")
+    # weights-only, with the architecture and the text encoder's weights: refused here, with
+    # the file named, rather than by torch.load's traceback
+    check_text_encoder_checkpoint(spec)
+    return load_text_encoder(spec)
+
+
+def _tokenizer(given: str | None, encoder: Any, model: str):
+    """The tokenizer of ``--tokenizer``, else the one the model names."""
+    from transformers import AutoTokenizer
+
+    from vlr_plugins.errors import loading_pretrained
+
+    path = given or getattr(encoder, "tokenizer_path", None)
+    if not path:
+        raise UsageError("--tokenizer", f"{model} names no tokenizer; pass one")
+    setting = "--tokenizer" if given else f"--tokenizer (the tokenizer {model} names: {path})"
+    with loading_pretrained(str(path), setting):
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    embeddings = getattr(getattr(encoder, "text_encoder", None), "get_input_embeddings", lambda: None)()
+    vocab = getattr(embeddings, "num_embeddings", None)
+    if vocab is not None and len(tokenizer) > vocab:
+        raise UsageError("--tokenizer", f"{path} has {len(tokenizer)} tokens but {model} embeds only {vocab}: "
+                                        "give the tokenizer it was trained with")
+    return tokenizer
+
+
+def _check_budgets(specs, budgets: dict[str, int], overrides: dict[str, int], protocol: str | None,
+                   truncation: list[int] | None, max_positions: int | None, benchmarks: str) -> None:
+    """The budgets the options give, against the benchmarks file and the encoder's positions."""
+    names = [spec.name for spec in specs]
+    for name in overrides:
+        if name not in names:
+            raise UsageError("--budget", f"{name!r} is no benchmark of {benchmarks} (its benchmarks: "
+                                         f"{', '.join(names)})")
+    if max_positions is None:
+        return
+    for spec in specs:
+        budget = budgets.get(spec.name)
+        if spec.max_tokens is None and budget is not None and budget > max_positions:
+            option = "--budget" if spec.name in overrides else f"--protocol {protocol}"
+            raise UsageError(option, f"{spec.name}={budget} exceeds the text encoder's {max_positions} positions")
+    if truncation and max(truncation) > max_positions:
+        raise UsageError("--truncation", f"{max(truncation)} exceeds the text encoder's {max_positions} positions")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    from vlr_plugins.eval import evaluate_benchmarks, load_benchmark_specs, token_budgets
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.eval import evaluate_benchmarks, list_protocols, load_benchmark_specs, token_budgets
     from vlr_plugins.eval.report_files import write_eval_report
-    from vlr_plugins.text import load_text_encoder
 
+    # options, output folder, benchmarks file, model: all checked before any text is encoded
     protocol = None if args.protocol in (None, "none") else args.protocol
-    with as_user_error(KeyError, ValueError):  # an unknown --protocol; a --budget below 3
-        budgets = token_budgets(protocol, _pairs(args.budget, "--budget"))
+    if protocol is not None and protocol not in list_protocols():
+        raise UsageError("--protocol", f"unknown protocol {protocol!r}; known: {', '.join(list_protocols())}, or none")
+    overrides = _pairs(args.budget, "--budget")
+    budgets = token_budgets(protocol, overrides)
     truncation = _integers(args.truncation, "--truncation")
-    with as_user_error(FileNotFoundError):
-        specs = load_benchmark_specs(args.benchmarks)
-    with as_user_error(FileNotFoundError, ValueError):  # no checkpoint, or not one of `vlr train`
-        encoder = load_text_encoder(args.model).to(args.device)
-    tokenizer_path = args.tokenizer or getattr(encoder, "tokenizer_path", None)
-    if not tokenizer_path:
-        raise UsageError("--tokenizer", f"{args.model} names no tokenizer; pass one")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    device = _check_device(args.device)
+    check_output_dir(args.out, "--out")
+    specs = load_benchmark_specs(args.benchmarks)
+    encoder = _text_encoder(args.model, "--model")
+    _check_budgets(specs, budgets, overrides, protocol, truncation, getattr(encoder, "max_positions", None),
+                   args.benchmarks)
+    tokenizer = _tokenizer(args.tokenizer, encoder, args.model)
+    encoder = encoder.to(device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
-    # a benchmark without a budget (KeyError), a --truncation budget the encoder cannot take
-    # (ValueError), a benchmark file or store that is not there
-    with torch.inference_mode(), as_user_error(KeyError, ValueError, FileNotFoundError):
+    # the engine reads and checks every benchmark and store before it encodes the first text
+    with torch.inference_mode():
         result = evaluate_benchmarks(encoder, tokenizer, specs, budgets=budgets, truncation=truncation,
-                                     batch_size=args.batch_size, device=args.device)
+                                     batch_size=args.batch_size, device=device)
     report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol)
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
@@ -182,22 +289,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from vlr_plugins.checkpoint_meta import read_checkpoint_meta
-    from vlr_plugins.hf import export_text_encoder
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
+    from vlr_plugins.hf import check_export_target, export_text_encoder
     from vlr_plugins.hf.card import card_files
 
-    meta = read_checkpoint_meta(args.checkpoint)
+    # the output, the checkpoint and the --eval files are checked before the model is loaded
+    check_output_dir(args.out, "OUT", replaced_whole=True)
+    check_export_target(args.out, overwrite=args.overwrite, flag="--overwrite")
+    meta = check_text_encoder_checkpoint(args.checkpoint)
     name = args.name or os.path.basename(os.path.normpath(args.out))
     extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval,
                        license=args.license)
+    encoder = _text_encoder(args.checkpoint, "CHECKPOINT")
+    tokenizer = _tokenizer(args.tokenizer, encoder, args.checkpoint)
     if "README.md" not in extra:
         print("no recipe recorded with this model: no model card written", file=sys.stderr)
-    # the folder exists (FileExistsError); the checkpoint cannot be rebuilt or its tokenizer
-    # does not fit it (ValueError)
-    with as_user_error(FileExistsError, ValueError):
-        out = export_text_encoder(args.checkpoint, args.out, tokenizer=args.tokenizer,
-                                  recipe=meta.get("vlr_recipe"), remote_code=not args.no_remote_code,
-                                  overwrite=args.overwrite, extra_files=extra)
+    out = export_text_encoder(encoder, args.out, tokenizer=tokenizer, recipe=meta.get("vlr_recipe"),
+                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra)
     print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
     return 0
 
@@ -305,15 +414,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dump-config", metavar="PATH", help="write the MMEngine config and exit")
     s.set_defaults(fn=cmd_train)
 
-    s = sub.add_parser("precompute", help="embed images once with a frozen vision tower into a store")
+    s = sub.add_parser(
+        "precompute", help="embed images once with a frozen vision tower into a store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Embed images once with a frozen vision tower into an embedding store.\n\n"
+                    "Image ids: an image's id is its path relative to the --images folder, without the\n"
+                    "extension, '/'-separated (images/2021/cat.jpg -> 2021/cat); in a .txt list, the path as\n"
+                    "written without the extension; in a .jsonl list, each line's \"id\". Training samples and\n"
+                    "benchmark items must use these ids.\n\n"
+                    "--encoder module:callable: MODULE is imported (the current folder first, as python -m\n"
+                    "does) and CALLABLE taken from it: a function, or an object with __call__, mapping a list\n"
+                    "of RGB PIL images to an (n, D) tensor, one finite row per image; or a class whose\n"
+                    "instances do (created without arguments). An int attribute `dim` and a str attribute\n"
+                    "`name` are used when present. blip:<hub name or folder> is BLIP's image side.")
     s.add_argument("--images", required=True, help="a folder, or a .txt / .jsonl list of images")
     s.add_argument("--encoder", required=True,
-                   help="blip:<hub name or folder> (BlipForImageTextRetrieval) or module:callable")
+                   help="blip:<hub name or folder> (BlipForImageTextRetrieval) or module:callable (see above)")
     s.add_argument("--out", required=True, help="the store folder to write")
-    s.add_argument("--batch-size", type=int, default=64)
-    s.add_argument("--device", default="cpu")
-    s.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    s.add_argument("--overwrite", action="store_true")
+    s.add_argument("--batch-size", type=_positive_int, default=64)
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (for blip: encoders)")
+    s.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="storage dtype of the store")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     s.set_defaults(fn=cmd_precompute)
 
     s = sub.add_parser("eval", help="recall@1/5/10 of a text encoder on benchmarks (streaming, exact)")
@@ -325,14 +446,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--truncation", metavar="20,40,...", help="also sweep these encoding budgets and plot them")
     s.add_argument("--tokenizer", help="default: the encoder's")
     s.add_argument("--label", help="name of this model in the report (default: file name)")
-    s.add_argument("--out", default="vlr-eval")
-    s.add_argument("--batch-size", type=int, default=256)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--out", default="vlr-eval", help="the folder to write the results into")
+    s.add_argument("--batch-size", type=_positive_int, default=256)
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
-    s.add_argument("checkpoint", help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
-    s.add_argument("out", help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
+    s.add_argument("checkpoint", metavar="CHECKPOINT", help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s.add_argument("out", metavar="OUT",
+                   help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
     s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")
     s.add_argument("--name", help="model name in the card (default: the folder name)")
     s.add_argument("--repo-id", help="Hub id used in the card's usage example")
@@ -340,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", help="default: the encoder's")
     s.add_argument("--no-remote-code", action="store_true",
                    help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
-    s.add_argument("--overwrite", action="store_true")
+    s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")
     s.set_defaults(fn=cmd_export)
 
     from vlr_plugins.integrations.open_clip.cli import add_cli as add_openclip_train

@@ -15,7 +15,10 @@ from vlr_plugins.data import (
     EmbeddingStore,
     EmbeddingStoreWriter,
     MissingEmbeddingsError,
+    OutputExistsError,
+    check_store_target,
 )
+from vlr_plugins.errors import MissingFileError
 
 DIM = 8
 
@@ -122,6 +125,35 @@ def test_existing_store_is_replaced_only_with_overwrite(tmp_path):
     assert store.ids == tuple(_ids(4, "new"))
     torch.testing.assert_close(store.get(_ids(4, "new")), new)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_check_store_target_says_how_to_overwrite_and_never_replaces_what_is_not_a_store(tmp_path):
+    store, photos, note = tmp_path / "store", tmp_path / "photos", tmp_path / "note.txt"
+    _write(store, _ids(2), torch.zeros(2, DIM))
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(b"x")
+    note.write_text("a file")
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "absent", tmp_path / "empty"):
+        check_store_target(target)
+    check_store_target(store, overwrite=True)
+    with pytest.raises(OutputExistsError, match=f"already exists at {store}; pass --overwrite to replace it"):
+        check_store_target(store, flag="--overwrite")
+    with pytest.raises(OutputExistsError, match="refusing to replace it even with --overwrite"):
+        check_store_target(photos, overwrite=True, flag="--overwrite")
+    with pytest.raises(OutputExistsError, match=f"{note}: it is a file"):
+        check_store_target(note, overwrite=True)
+
+
+def test_check_finds_a_missing_or_broken_shard_before_any_read(tmp_path):
+    out = tmp_path / "store"
+    _write(out, _ids(6), torch.randn(6, DIM), shard_size=4)
+    (out / "embeddings-00001.safetensors").unlink()
+    with pytest.raises(MissingFileError, match="is missing its shard .*embeddings-00001.safetensors"):
+        EmbeddingStore(out).check(_ids(2))  # ids of the first shard only: every shard is checked
+    (out / "embeddings-00001.safetensors").write_bytes(b"garbage")
+    with pytest.raises(DataFormatError, match=re.escape(str(out / "embeddings-00001.safetensors"))):
+        EmbeddingStore(out).check(_ids(2))
 
 
 def test_a_directory_that_is_not_a_store_is_never_replaced(tmp_path):

@@ -17,10 +17,12 @@ import torch
 from vlr_plugins.data import (
     BlipImageEncoder,
     DataFormatError,
+    ImageEncoderError,
     list_images,
     load_encoder,
     precompute_image_embeddings,
 )
+from vlr_plugins.errors import MissingFileError, ModelLoadError, UserError
 
 # relative path -> PIL mode; sizes differ so that the processor has to resize
 IMAGES = {
@@ -177,6 +179,8 @@ ENCODER_MODULE = textwrap.dedent(
     import numpy as np
     import torch
 
+    NOT_CALLABLE = 3
+
     def mean_color(images):
         means = [np.asarray(im, dtype=np.float32).mean((0, 1)) / 255 for im in images]
         return torch.tensor(np.stack(means))
@@ -257,6 +261,64 @@ def test_wrong_output_shape_is_reported(encoder_module, image_dir, tmp_path):
             lambda images: torch.zeros(1, 3), list_images(image_dir), tmp_path / "s",
             batch_size=2, progress=False,
         )
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_module_in_the_current_folder_is_importable_as_python_m_would(image_dir, tmp_path, monkeypatch):
+    name = "vlr_test_encoder_here"
+    (tmp_path / f"{name}.py").write_text(ENCODER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    encoder = load_encoder(f"{name}:MeanColor")
+    assert encoder.dim == 3 and sys.modules[name].__file__ == str(tmp_path / f"{name}.py")
+    assert str(tmp_path) not in sys.path  # only for the import
+
+
+@pytest.mark.parametrize("spec, like, problem", [
+    ("blip:", ValueError, "--encoder 'blip:': needs a model name or path"),
+    ("module-without-colon", ValueError, "expected 'blip:<name_or_path>' or 'module.sub:attr'"),
+    ("no_such_module_xyz:f", ImportError, "--encoder 'no_such_module_xyz:f': cannot import 'no_such_module_xyz'"),
+    ("{module}:nope", AttributeError, "has no 'nope'"),
+    ("{module}:NOT_CALLABLE", TypeError, "int 3 is not callable"),
+])
+def test_an_unusable_encoder_spec_names_the_setting(encoder_module, spec, like, problem):
+    with pytest.raises(ImageEncoderError, match=re.escape(problem)) as info:
+        load_encoder(spec.format(module=encoder_module), setting="--encoder")
+    assert isinstance(info.value, like) and isinstance(info.value, UserError)
+
+
+def test_a_blip_model_that_cannot_be_loaded_names_the_setting_and_the_offline_doc(tmp_path):
+    with pytest.raises(ModelLoadError, match=re.escape(f"--encoder: cannot load '{tmp_path / 'no-blip'}'")) as info:
+        load_encoder(f"blip:{tmp_path / 'no-blip'}", setting="--encoder")
+    assert "docs/quickstart.md" in str(info.value)
+
+
+def test_a_folder_or_list_without_images_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "text-only").mkdir()
+    (tmp_path / "text-only" / "readme.txt").write_text("no images here")
+    (tmp_path / "blank.txt").write_text("\n\n")
+    for source in ("empty", "text-only", "blank.txt"):
+        with pytest.raises(DataFormatError, match=re.escape(str(tmp_path / source))):
+            list_images(tmp_path / source)
+    with pytest.raises(MissingFileError, match="no image folder or list file"):
+        list_images(tmp_path / "absent")
+
+
+def test_embeddings_that_are_not_finite_name_the_image(encoder_module, image_dir, tmp_path):
+    def half_nan(images):
+        out = torch.ones(len(images), 3)
+        out[-1, 0] = float("nan")
+        return out
+
+    images = list_images(image_dir)
+    with pytest.raises(ImageEncoderError, match=re.escape(f"gave image {images[1][0]!r} an embedding that is not "
+                                                          "finite")):
+        precompute_image_embeddings(half_nan, images, tmp_path / "s", batch_size=2, progress=False)
+    with pytest.raises(ImageEncoderError, match="not finite .* as float16"):  # finite as float32, not as float16
+        precompute_image_embeddings(lambda ims: torch.full((len(ims), 3), 1e6), images, tmp_path / "s",
+                                    dtype=torch.float16, progress=False)
     assert not (tmp_path / "s").exists()
 
 

@@ -18,7 +18,8 @@ pytest.importorskip("tokenizers")
 import torch  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
-from vlr_plugins.hf import VlrTextEncoderModel, export_text_encoder  # noqa: E402
+from vlr_plugins.data import DataFormatError, OutputExistsError  # noqa: E402
+from vlr_plugins.hf import VlrTextEncoderModel, check_export_target, export_text_encoder  # noqa: E402
 
 BUDGETS = {"caption": 24, "paragraph": 64}
 SPACE = {"model": "Salesforce/blip-itm-base-coco", "projection": "vision_proj", "dim": 16, "normalized": True}
@@ -181,6 +182,36 @@ def test_export_from_a_vlr_train_checkpoint(tiny_encoder, tiny_tokenizer, tmp_pa
         assert torch.equal(model.encode_text(ids, (ids != 0).long()), expected)
     # the image space is unknown for a random-init encoder, but its size is not
     assert model.config.image_embedding_space == {"dim": 16, "normalized": True}
+
+
+def test_an_existing_folder_is_replaced_only_when_it_is_an_export(tiny_encoder, tmp_path):
+    out = tmp_path / "model"
+    export_text_encoder(tiny_encoder, out)
+    check_export_target(out, overwrite=True)  # an earlier export: may be replaced
+    with pytest.raises(OutputExistsError, match=f"{out} exists; pass --overwrite to replace it"):
+        check_export_target(out, flag="--overwrite")
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "chapter1.tex").write_text("years of work")
+    with pytest.raises(OutputExistsError, match="refusing to replace it even with overwrite=True"):
+        export_text_encoder(tiny_encoder, thesis, overwrite=True)
+    assert [p.name for p in thesis.iterdir()] == ["chapter1.tex"]
+    (tmp_path / "file").write_text("a file")
+    with pytest.raises(OutputExistsError, match="it is a file"):
+        export_text_encoder(tiny_encoder, tmp_path / "file", overwrite=True)
+    (tmp_path / "empty").mkdir()
+    check_export_target(tmp_path / "empty", overwrite=True)
+
+
+def test_a_checkpoint_that_is_not_one_of_vlr_train_is_refused_by_name(tmp_path):
+    text = tmp_path / "model.pth"
+    text.write_text("not weights")
+    with pytest.raises(DataFormatError, match=f"{text}: not a PyTorch checkpoint"):
+        export_text_encoder(text, tmp_path / "out")
+    torch.save({"state_dict": {"w": torch.zeros(1)}}, tmp_path / "other.pth")
+    with pytest.raises(DataFormatError, match="field 'meta.vlr_text_encoder'"):
+        export_text_encoder(tmp_path / "other.pth", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pth", "other.pth"]
 
 
 def test_export_is_all_or_nothing(tiny_encoder, tiny_tokenizer, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import socket
 import traceback
 from collections import Counter
@@ -261,6 +262,14 @@ def test_a_folder_that_is_not_a_clean_export_is_refused_before_any_request(hub, 
     with pytest.raises(PushError, match="expected|safetensors") as info:
         push_folder(folder, "me/x", token=TOKEN, endpoint=hub.endpoint)
     assert expected in str(info.value) and str(folder) in str(info.value)
+    assert hub.requests == [] and hub.repos == {}
+
+
+@pytest.mark.parametrize("repo_id", ["my model!", "blip-c5", "me/models/blip-c5", "me/-blip"])
+def test_a_malformed_repo_id_is_refused_before_any_request(hub, tmp_path, repo_id):
+    folder, _ = _export(tmp_path)
+    with pytest.raises(PushError, match=re.escape(f"not a valid Hub repository id {repo_id!r}: expected namespace/name")):
+        push_folder(folder, repo_id, token=TOKEN, endpoint=hub.endpoint)
     assert hub.requests == [] and hub.repos == {}
 
 

@@ -8,8 +8,8 @@ functions that use them.
 """
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
-from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter
-from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
+from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
+from vlr_plugins.data.errors import DataFormatError, ImageEncoderError, MissingEmbeddingsError, OutputExistsError
 from vlr_plugins.data.precompute import (
     BlipImageEncoder,
     list_images,
@@ -71,8 +71,11 @@ __all__ = [
     "ImageFiles",
     "EmbeddingStore",
     "EmbeddingStoreWriter",
+    "check_store_target",
     "DataFormatError",
+    "ImageEncoderError",
     "MissingEmbeddingsError",
+    "OutputExistsError",
     "precompute_image_embeddings",
     "list_images",
     "load_encoder",

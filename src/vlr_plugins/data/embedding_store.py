@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError, _type_name
+from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError, OutputExistsError, _type_name
+from vlr_plugins.errors import ConfigError, MissingFileError
 
-__all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "STORE_FORMAT", "STORE_VERSION"]
+__all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "STORE_FORMAT", "STORE_VERSION", "check_store_target"]
 
 STORE_FORMAT = "vlr-embedding-store"
 STORE_VERSION = 1
@@ -58,22 +59,32 @@ def _is_store(path: Path) -> bool:
         return False
 
 
-def _check_target(out_dir: Path, overwrite: bool) -> None:
+def check_store_target(out_dir: str | os.PathLike[str], *, overwrite: bool = False,
+                       flag: str = "overwrite=True") -> None:
+    """Raise :class:`~vlr_plugins.data.errors.OutputExistsError` unless a store may be
+    written at ``out_dir``: nothing is there, or an empty folder, or (with ``overwrite``)
+    a store. A file, or a non-empty folder that is not a store, is never replaced.
+
+    ``flag`` is how the message tells the caller to overwrite (``vlr precompute`` says
+    ``--overwrite``). :class:`EmbeddingStoreWriter` checks the same, again, when it
+    moves the store into place.
+    """
+    out_dir = Path(out_dir)
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
-        raise FileExistsError(f"cannot write an embedding store to {out_dir}: it is a file")
+        raise OutputExistsError(f"cannot write an embedding store to {out_dir}: it is a file")
     if not any(out_dir.iterdir()):
         return
     if not _is_store(out_dir):
         # never delete a directory we did not write, whatever overwrite says
-        raise FileExistsError(
+        raise OutputExistsError(
             f"cannot write an embedding store to {out_dir}: it is a non-empty directory without "
-            f"a {STORE_FORMAT} {_INDEX}; refusing to replace it even with overwrite=True"
+            f"a {STORE_FORMAT} {_INDEX}; refusing to replace it even with {flag}"
         )
     if not overwrite:
-        raise FileExistsError(
-            f"an embedding store already exists at {out_dir}; pass overwrite=True to replace it"
+        raise OutputExistsError(
+            f"an embedding store already exists at {out_dir}; pass {flag} to replace it"
         )
 
 
@@ -129,7 +140,7 @@ class EmbeddingStoreWriter:
         except (TypeError, ValueError) as e:
             raise TypeError(f"meta must be JSON-serialisable: {e}") from None
         self.overwrite = overwrite
-        _check_target(self.out_dir, overwrite)
+        check_store_target(self.out_dir, overwrite=overwrite)
 
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = _sibling(self.out_dir, "tmp")
@@ -219,7 +230,7 @@ class EmbeddingStoreWriter:
         return self.out_dir
 
     def _move_into_place(self) -> None:
-        _check_target(self.out_dir, self.overwrite)  # it may have appeared since __init__
+        check_store_target(self.out_dir, overwrite=self.overwrite)  # it may have appeared since __init__
         if not self.out_dir.exists():
             os.replace(self._tmp, self.out_dir)
             return
@@ -273,7 +284,7 @@ class EmbeddingStore:
         index_path = self.path / _INDEX
         if not index_path.is_file():
             what = "not a directory" if not self.path.is_dir() else f"{index_path} not found"
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no embedding store at {self.path}: {what} "
                 "(an interrupted precompute leaves no store; run it again)"
             )
@@ -364,19 +375,24 @@ class EmbeddingStore:
             raise MissingEmbeddingsError([id], self.path) from None
 
     def check(self, ids: Sequence[str], dim: int | None = None) -> None:
-        """Raise unless every id has a row and, if ``dim`` is given, rows are ``dim`` wide.
+        """Raise unless every id has a row, every shard file is there and holds what
+        ``index.json`` says, and, if ``dim`` is given, rows are ``dim`` wide.
 
-        Raises ``ValueError`` for a width mismatch and :class:`MissingEmbeddingsError`
-        listing every missing id; run it before training rather than mid-epoch.
+        Raises :class:`~vlr_plugins.errors.ConfigError` (a ``ValueError``) for a width
+        mismatch, :class:`MissingEmbeddingsError` listing every missing id, and a
+        :class:`~vlr_plugins.errors.MissingFileError` or :class:`DataFormatError` naming
+        a shard that is missing or unreadable; run it before training rather than mid-epoch.
         """
         if dim is not None and dim != self.dim:
-            raise ValueError(
+            raise ConfigError(
                 f"embedding store {self.path} holds {self.dim}-d embeddings, expected {dim}-d"
             )
         ids = _as_id_list(ids, "EmbeddingStore.check")
         missing = [i for i in dict.fromkeys(ids) if i not in self._row]
         if missing:
             raise MissingEmbeddingsError(missing, self.path)
+        for shard in range(len(self._shards)):
+            self._slice(shard)  # opens the file and checks its header: shape and dtype
 
     def get(self, ids: Sequence[str]) -> torch.Tensor:
         """The embeddings of ``ids``: (n, D) float32, rows in the order of ``ids``."""
@@ -424,7 +440,7 @@ class EmbeddingStore:
             name, count = self._shards[shard]
             file = self.path / name
             if not file.is_file():
-                raise FileNotFoundError(f"embedding store {self.path} is missing its shard {file}")
+                raise MissingFileError(f"embedding store {self.path} is missing its shard {file}")
             try:
                 f = safe_open(str(file), framework="pt")
                 handle = f.get_slice(_TENSOR)

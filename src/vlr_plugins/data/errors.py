@@ -1,9 +1,9 @@
-"""Errors raised by the data readers and the embedding store.
+"""Errors raised by the data readers, the embedding store and the image encoders.
 
-Both say what was expected, what was found, and where, so that a bad record in a
-500K-line corpus can be fixed without a debugger. Both are :class:`~vlr_plugins.errors.UserError`
+Each says what was expected, what was found, and where, so that a bad record in a
+500K-line corpus can be fixed without a debugger. All are :class:`~vlr_plugins.errors.UserError`
 (``vlr`` reports them as one ``error:`` line) and keep their standard base (``ValueError``,
-``KeyError``) for callers that catch those.
+``KeyError``, ``FileExistsError``) for callers that catch those.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from vlr_plugins.errors import UserError
 
-__all__ = ["DataFormatError", "MissingEmbeddingsError"]
+__all__ = ["DataFormatError", "ImageEncoderError", "MissingEmbeddingsError", "OutputExistsError"]
 
 _MAX_LISTED = 20
 
@@ -89,3 +89,43 @@ class MissingEmbeddingsError(UserError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ would repr() the message and wrap it in quotes
         return self.message
+
+
+class OutputExistsError(UserError, FileExistsError):
+    """An output (an embedding store, an export folder) is already there and is not replaced:
+    the caller did not ask to overwrite it, or it is not one of ours (a plain file, a folder
+    that holds something else), which is never replaced. The message names it."""
+
+
+class ImageEncoderError(UserError, ValueError):
+    """An image-encoder spec (``vlr precompute --encoder``, :func:`~vlr_plugins.data.load_encoder`)
+    names no usable encoder: the spec is malformed, its module cannot be imported, the
+    module lacks the attribute, the attribute is not callable, or the encoder returned
+    something other than one finite row per image. The message names the spec.
+
+    The import and attribute failures are also an ``ImportError`` / ``AttributeError``
+    (:func:`image_encoder_error` picks the class), for callers that catch those.
+    """
+
+
+class _EncoderImportError(ImageEncoderError, ImportError):
+    pass
+
+
+class _EncoderAttributeError(ImageEncoderError, AttributeError):
+    pass
+
+
+class _EncoderTypeError(ImageEncoderError, TypeError):
+    pass
+
+
+_ENCODER_ERRORS: dict[type[Exception], type[ImageEncoderError]] = {
+    ImportError: _EncoderImportError, AttributeError: _EncoderAttributeError, TypeError: _EncoderTypeError,
+}
+
+
+def image_encoder_error(message: str, like: type[Exception] = ValueError) -> ImageEncoderError:
+    """An :class:`ImageEncoderError` that is also a ``like`` (``ImportError``,
+    ``AttributeError``, ``TypeError``; anything else: a ``ValueError``)."""
+    return _ENCODER_ERRORS.get(like, ImageEncoderError)(message)

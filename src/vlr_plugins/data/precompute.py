@@ -2,23 +2,42 @@
 
 Paper sec. 3.2 freezes BLIP's vision tower and trains only the text side, so every
 image is encoded once, here, and training reads the cached vectors.
+
+What ``vlr precompute --images SRC --encoder SPEC --out STORE`` expects:
+
+- **Image ids.** An image's id is its path relative to the ``--images`` folder, without
+  the extension, '/'-separated: ``images/2021/cat.jpg`` has id ``2021/cat``. A ``.txt``
+  list gives the path as written in the list, without the extension; a ``.jsonl`` list
+  gives ``{"id": ..., "path": ...}``. The ids of the training samples (``"id"``) and of
+  the benchmark readers' items must be these ids.
+- **The encoder spec.** ``blip:<hub name or folder>`` is BLIP's frozen image side
+  (:class:`BlipImageEncoder`). ``module:callable`` (e.g. ``my_encoders:clip_l14``) is any
+  Python object the command can import, the current folder searched first: a function
+  or an object with ``__call__(images: list[PIL.Image.Image]) -> Tensor`` returning one
+  finite row per image, (n, D); or a class, instantiated without arguments, whose
+  instances are such callables. An ``int`` attribute ``dim`` sizes the store before the
+  first batch; a ``str`` attribute ``name`` is recorded in the store's ``index.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 
-from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, _check_target
-from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
+from vlr_plugins.data._text_files import utf8_lines
+from vlr_plugins.data.errors import DataFormatError, _type_name, image_encoder_error
+from vlr_plugins.errors import MissingFileError, loading_pretrained
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -64,25 +83,24 @@ def _images_in_list(list_file: Path) -> list[tuple[str, Path]]:
     suffix = list_file.suffix.lower()
     entries: list[tuple[str, Path]] = []
     first_seen: dict[str, int] = {}
-    with open(list_file, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            if suffix == ".txt":
-                written = line.strip()
-                image_id = _path_id(written)
-            else:
-                image_id, written = _parse_list_record(list_file, line_no, line)
-            if image_id in first_seen:
-                raise DataFormatError(
-                    list_file,
-                    f"duplicate image id {image_id!r}, first seen on line {first_seen[image_id]}",
-                    record=line_no,
-                    field="id" if suffix == ".jsonl" else None,
-                )
-            first_seen[image_id] = line_no
-            path = Path(written)
-            entries.append((image_id, path if path.is_absolute() else base / path))
+    for line_no, line in utf8_lines(list_file):
+        if not line.strip():
+            continue
+        if suffix == ".txt":
+            written = line.strip()
+            image_id = _path_id(written)
+        else:
+            image_id, written = _parse_list_record(list_file, line_no, line)
+        if image_id in first_seen:
+            raise DataFormatError(
+                list_file,
+                f"duplicate image id {image_id!r}, first seen on line {first_seen[image_id]}",
+                record=line_no,
+                field="id" if suffix == ".jsonl" else None,
+            )
+        first_seen[image_id] = line_no
+        path = Path(written)
+        entries.append((image_id, path if path.is_absolute() else base / path))
     return entries
 
 
@@ -117,24 +135,33 @@ def list_images(source: str | os.PathLike[str]) -> list[tuple[str, Path]]:
 
     List files keep their order; relative paths in them are resolved against the list
     file's folder. Ids must be unique; two files giving the same id are a
-    :class:`DataFormatError`. Listed files that do not exist are reported all at once
-    in one ``FileNotFoundError``.
+    :class:`DataFormatError`, and so is a folder or list without any image. A source
+    that does not exist is a :class:`~vlr_plugins.errors.MissingFileError`; so are listed
+    files that do not exist, reported all at once.
     """
     source = Path(source)
     if source.is_dir():
-        return _images_in_folder(source)
+        found = _images_in_folder(source)
+        if not found:
+            raise DataFormatError(
+                source, f"no images in this folder or below it (image files end in {' '.join(IMAGE_SUFFIXES)}, "
+                "any case; hidden files and folders are skipped)")
+        return found
     if not source.is_file():
-        raise FileNotFoundError(f"no image folder or list file at {source}")
+        raise MissingFileError(f"no image folder or list file at {source}")
     if source.suffix.lower() not in (".txt", ".jsonl"):
-        raise ValueError(
-            f"cannot list images from {source}: expected a folder, a .txt or a .jsonl list, "
+        raise DataFormatError(
+            source,
+            f"cannot list images from it: expected a folder, a .txt or a .jsonl list, "
             f"found suffix {source.suffix or '(none)'!r}"
         )
     entries = _images_in_list(source)
+    if not entries:
+        raise DataFormatError(source, "lists no images")
     missing = [str(p) for _, p in entries if not p.is_file()]
     if missing:
         more = len(missing) - _MAX_LISTED
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{len(missing)} of the {len(entries)} images listed in {source} do not exist: "
             + ", ".join(missing[:_MAX_LISTED])
             + (f", ... and {more} more" if more > 0 else "")
@@ -198,46 +225,75 @@ class BlipImageEncoder:
         return torch.nn.functional.normalize(image_feat.float(), dim=-1).cpu()
 
 
-def load_encoder(spec: str, **kwargs: Any) -> ImageEncoder:
+@contextlib.contextmanager
+def _current_folder_importable() -> Iterator[None]:
+    """The current folder first on ``sys.path`` for the block, as ``python -m`` puts it;
+    the ``vlr`` script's own path starts with its bin folder instead."""
+    here = os.getcwd()
+    if "" in sys.path or here in sys.path:
+        yield
+        return
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(here)
+
+
+def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> ImageEncoder:
     """Build an image encoder from a string, as config files and the CLI name one.
 
     - ``"blip:<name_or_path>"``: a :class:`BlipImageEncoder`; ``kwargs`` (``device``,
-      ``dtype``) go to it.
-    - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` and takes
-      ``attr``. A class is instantiated with ``kwargs``; anything else (a function, an
-      instance) is returned as is and must be callable, mapping a list of PIL images to
-      an (n, D) tensor. To use a factory function, expose a module-level instance or
-      wrap the factory in a class. An ``int`` attribute ``dim`` and a ``str`` attribute
-      ``name`` are used when present.
+      ``dtype``) go to it. A model that cannot be loaded (not downloaded and no network,
+      an unknown name, a folder without the files) is one
+      :class:`~vlr_plugins.errors.ModelLoadError` naming it and ``setting``.
+    - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` (the current
+      folder is searched first, as ``python -m`` does) and takes ``attr``. A class is
+      instantiated with ``kwargs``; anything else (a function, an instance) is returned
+      as is and must be callable, mapping a list of RGB PIL images to an (n, D) tensor,
+      one finite row per image. To use a factory function, expose a module-level instance
+      or wrap the factory in a class. An ``int`` attribute ``dim`` and a ``str``
+      attribute ``name`` are used when present.
+
+    ``setting`` names the spec's origin in messages (``vlr precompute`` passes
+    ``"--encoder"``). A spec that names no usable encoder raises
+    :class:`~vlr_plugins.data.errors.ImageEncoderError` (also an ``ImportError`` or
+    ``AttributeError`` for a module that cannot be imported or lacks the attribute).
     """
+    what = f"{setting} {spec!r}"
     if spec.startswith("blip:"):
         path = spec[len("blip:") :]
         if not path:
-            raise ValueError("encoder spec 'blip:' needs a model name or path after the colon")
-        return BlipImageEncoder(path, **kwargs)
+            raise image_encoder_error(f"{what}: needs a model name or path after the colon")
+        with loading_pretrained(path, setting):
+            return BlipImageEncoder(path, **kwargs)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(
-            f"encoder spec {spec!r}: expected 'blip:<name_or_path>' or 'module.sub:attr'"
-        )
+        raise image_encoder_error(f"{what}: expected 'blip:<name_or_path>' or 'module.sub:attr'")
     try:
-        obj: Any = importlib.import_module(module_name)
+        with _current_folder_importable():
+            obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ImportError(f"encoder spec {spec!r}: cannot import {module_name!r}: {e}") from e
+        raise image_encoder_error(
+            f"{what}: cannot import {module_name!r}: {e} (searched the current folder {os.getcwd()} "
+            "and the installed packages)", ImportError) from e
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise AttributeError(f"encoder spec {spec!r}: {module_name} has no {attr!r}") from None
+            raise image_encoder_error(f"{what}: {module_name} has no {attr!r}", AttributeError) from None
     if inspect.isclass(obj):
         obj = obj(**kwargs)
     elif kwargs:
         raise TypeError(
-            f"encoder spec {spec!r} names a {_type_name(obj)}, not a class; "
+            f"{what} names a {_type_name(obj)}, not a class; "
             f"it takes no keyword arguments (got {sorted(kwargs)})"
         )
     if not callable(obj):
-        raise TypeError(f"encoder spec {spec!r}: {_type_name(obj)} {obj!r} is not callable")
+        raise image_encoder_error(
+            f"{what}: {_type_name(obj)} {obj!r} is not callable; expected a function or an object "
+            "that maps a list of PIL images to an (n, D) tensor", TypeError)
     return obj
 
 
@@ -259,13 +315,25 @@ def _open_rgb(path: Path) -> Any:
         raise DataFormatError(path, f"cannot read the image: {type(e).__name__}: {e}") from e
 
 
-def _as_embeddings(out: Any, n: int, dim: int | None, name: str) -> torch.Tensor:
-    emb = torch.as_tensor(out)
+def _as_embeddings(out: Any, ids: Sequence[str], dim: int | None, name: str, dtype: torch.dtype) -> torch.Tensor:
+    n = len(ids)
+    try:
+        emb = torch.as_tensor(out)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise image_encoder_error(
+            f"image encoder {name} returned a {_type_name(out)}, expected an ({n}, D) tensor ({e})") from None
     if emb.ndim != 2 or emb.shape[0] != n or (dim is not None and emb.shape[1] != dim):
         expected = f"({n}, {dim if dim is not None else 'D'})"
-        raise ValueError(
+        raise image_encoder_error(
             f"image encoder {name} returned shape {tuple(emb.shape)} for {n} images, "
             f"expected {expected}"
+        )
+    finite = torch.isfinite(emb.detach().to(device="cpu", dtype=dtype)).all(dim=1)
+    if not bool(finite.all()):
+        bad = ids[int((~finite).nonzero()[0])]
+        raise image_encoder_error(
+            f"image encoder {name} gave image {bad!r} an embedding that is not finite (NaN or inf) "
+            f"as {str(dtype).removeprefix('torch.')}"
         )
     return emb
 
@@ -314,7 +382,7 @@ def precompute_image_embeddings(
         first[image_id] = path
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, found {batch_size}")
-    _check_target(Path(out_dir), overwrite)  # fail before hours of encoding, not after
+    check_store_target(out_dir, overwrite=overwrite)  # fail before hours of encoding, not after
 
     name = _encoder_name(encoder)
     dim = getattr(encoder, "dim", None)
@@ -335,7 +403,7 @@ def precompute_image_embeddings(
                 batch = images[start : start + batch_size]
                 paths = [p for _, p in batch]
                 pil = list(pool.map(_open_rgb, paths)) if pool else [_open_rgb(p) for p in paths]
-                emb = _as_embeddings(encoder(pil), len(batch), dim, name)
+                emb = _as_embeddings(encoder(pil), [i for i, _ in batch], dim, name, dtype)
                 if writer is None:
                     dim = int(emb.shape[1])
                     writer = make_writer(dim)

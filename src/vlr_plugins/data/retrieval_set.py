@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from vlr_plugins.data._text_files import utf8_lines
 from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import MissingFileError
 from vlr_plugins.registry import READERS
 
 __all__ = ["RetrievalSet", "read_retrieval_jsonl"]
@@ -84,13 +86,15 @@ class RetrievalSet:
         return [os.path.join(root, m) for m in self.media]
 
     def check_media(self) -> None:
-        """Raise ``FileNotFoundError`` listing every missing media file at once."""
+        """Raise :class:`~vlr_plugins.errors.MissingFileError` (a ``FileNotFoundError``)
+        listing every missing media file at once."""
         missing = [p for p in self.media_paths() if not os.path.exists(p)]
         if missing:
-            shown = "\n  ".join(missing[:20])
-            more = f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else ""
-            raise FileNotFoundError(f"{self.name}: {len(missing)} of {len(self)} media files are missing "
-                                    f"(root {self.media_root or '.'}):\n  {shown}{more}")
+            # one line: `vlr` prints a refusal as one error line
+            shown = ", ".join(missing[:20])
+            more = f", ... and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise MissingFileError(f"{self.name}: {len(missing)} of {len(self)} media files are missing "
+                                   f"(root {self.media_root or '.'}): {shown}{more}")
 
 
 @READERS.register(name="retrieval_jsonl")
@@ -101,30 +105,29 @@ def read_retrieval_jsonl(path: str | os.PathLike, name: str | None = None) -> Re
     texts: list[str] = []
     owner: list[int] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, f"invalid JSON: {e.msg}", record=line_no) from None
-            if not isinstance(rec, dict):
-                raise DataFormatError(path, f"expected an object, found {type(rec).__name__}", record=line_no)
-            if isinstance(rec.get("id"), bool) or not isinstance(rec.get("id"), (str, int)) or rec["id"] == "":
-                raise DataFormatError(path, f"expected a non-empty string or an integer, found {json.dumps(rec.get('id'))}",
-                                      record=line_no, field="id")
-            item_texts = rec.get("texts")
-            if (not isinstance(item_texts, list) or not item_texts
-                    or not all(isinstance(t, str) and t.strip() for t in item_texts)):
-                raise DataFormatError(path, "expected a non-empty list of non-empty strings", record=line_no, field="texts")
-            item_id = str(rec["id"])
-            if item_id in seen:
-                raise DataFormatError(path, f"duplicate id {item_id!r} (first on line {seen[item_id]})", record=line_no, field="id")
-            seen[item_id] = line_no
-            owner.extend([len(ids)] * len(item_texts))
-            texts.extend(item_texts)
-            ids.append(item_id)
+    for line_no, line in utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, f"invalid JSON: {e.msg}", record=line_no) from None
+        if not isinstance(rec, dict):
+            raise DataFormatError(path, f"expected an object, found {type(rec).__name__}", record=line_no)
+        if isinstance(rec.get("id"), bool) or not isinstance(rec.get("id"), (str, int)) or rec["id"] == "":
+            raise DataFormatError(path, f"expected a non-empty string or an integer, found {json.dumps(rec.get('id'))}",
+                                  record=line_no, field="id")
+        item_texts = rec.get("texts")
+        if (not isinstance(item_texts, list) or not item_texts
+                or not all(isinstance(t, str) and t.strip() for t in item_texts)):
+            raise DataFormatError(path, "expected a non-empty list of non-empty strings", record=line_no, field="texts")
+        item_id = str(rec["id"])
+        if item_id in seen:
+            raise DataFormatError(path, f"duplicate id {item_id!r} (first on line {seen[item_id]})", record=line_no, field="id")
+        seen[item_id] = line_no
+        owner.extend([len(ids)] * len(item_texts))
+        texts.extend(item_texts)
+        ids.append(item_id)
     if not ids:
         raise DataFormatError(path, "no items")
     return RetrievalSet(name or os.path.splitext(os.path.basename(path))[0], tuple(ids), tuple(texts),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open
+from vlr_plugins.data._text_files import utf8_lines
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
@@ -188,20 +189,19 @@ def sample_from_record(
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
-    # utf-8-sig: tolerate the byte-order mark some Windows tools write
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as e:
-                hint = ""
-                if line_no == 1 and line.lstrip().startswith("["):
-                    hint = "; this reader expects JSON Lines (one object per line), not an array"
-                raise DataFormatError(
-                    path, f"invalid JSON: {e.msg} (column {e.colno}){hint}", record=line_no
-                ) from None
+    # utf8_lines: a byte that is not UTF-8 is named by its line; a byte-order mark is dropped
+    for line_no, line in utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield line_no, json.loads(line)
+        except json.JSONDecodeError as e:
+            hint = ""
+            if line_no == 1 and line.lstrip().startswith("["):
+                hint = "; this reader expects JSON Lines (one object per line), not an array"
+            raise DataFormatError(
+                path, f"invalid JSON: {e.msg} (column {e.colno}){hint}", record=line_no
+            ) from None
 
 
 def _require_columns(path: Path, columns: list[str], needed: Iterable[str], extra: str = "") -> None:
@@ -243,19 +243,18 @@ def _table_records(path: Path, separator: str, needed: Iterable[str]) -> Iterato
     list fields as JSON lists; without an ``id`` column the 0-based row number is the id."""
     import csv
 
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f, delimiter=separator)
-        _require_columns(path, list(reader.fieldnames or []), needed, f" (separator {separator!r})")
-        for row, cells in enumerate(reader):
-            raw: dict[str, Any] = {"id": str(row)}
-            for key, value in cells.items():
-                if key is None or value is None or value == "":
-                    continue
-                try:
-                    raw[key] = _table_cell(key, value)
-                except ValueError as e:
-                    raise DataFormatError(path, str(e), record=reader.line_num, field=key) from None
-            yield reader.line_num, raw
+    reader = csv.DictReader((line for _, line in utf8_lines(path)), delimiter=separator)
+    _require_columns(path, list(reader.fieldnames or []), needed, f" (separator {separator!r})")
+    for row, cells in enumerate(reader):
+        raw: dict[str, Any] = {"id": str(row)}
+        for key, value in cells.items():
+            if key is None or value is None or value == "":
+                continue
+            try:
+                raw[key] = _table_cell(key, value)
+            except ValueError as e:
+                raise DataFormatError(path, str(e), record=reader.line_num, field=key) from None
+        yield reader.line_num, raw
 
 
 def read_paragraph_samples(

@@ -2,75 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import yaml
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
+from vlr_plugins.errors import ConfigError
+from vlr_plugins.eval.benchmarks import BenchmarkSpec, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
 from vlr_plugins.eval.retrieval import retrieval_recall
 
-__all__ = ["BenchmarkSpec", "load_benchmark_specs", "evaluate_retrieval_set", "evaluate_benchmarks",
-           "evaluate_splits"]
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """One benchmark to evaluate: a registered reader over its annotation file, the
-    store of its item embeddings (``vlr precompute``), and optionally its token budget
-    and the text kinds to score separately (CaReBench: general, spatial, temporal)."""
-
-    name: str
-    reader: str
-    path: str
-    item_embeddings: str
-    args: dict[str, Any] = field(default_factory=dict)
-    max_tokens: int | None = None
-    text_kinds: tuple[str, ...] | None = None
-
-
-def load_benchmark_specs(path: str | os.PathLike) -> list[BenchmarkSpec]:
-    """Read ``benchmarks: [{name, reader, path, item_embeddings, args?, max_tokens?, text_kinds?}]``.
-
-    Relative paths are taken relative to the YAML file.
-    """
-    from vlr_plugins.registry import READERS
-
-    path = str(path)
-    with open(path, encoding="utf-8") as f:
-        raw = yaml.safe_load(f) or {}
-    entries = raw.get("benchmarks") if isinstance(raw, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise DataFormatError(path, "expected a top-level 'benchmarks:' list", field="benchmarks")
-    allowed = {f.name for f in dataclasses.fields(BenchmarkSpec)}
-    base = os.path.dirname(os.path.abspath(path))
-    specs = []
-    for i, entry in enumerate(entries, start=1):
-        where = dict(record=i, record_kind="benchmark")
-        if not isinstance(entry, dict):
-            raise DataFormatError(path, "expected a mapping", **where)
-        for key in entry:
-            if key not in allowed:
-                raise DataFormatError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})", field=key, **where)
-        for key in ("name", "reader", "path", "item_embeddings"):
-            if not isinstance(entry.get(key), str):
-                raise DataFormatError(path, "missing (a string is required)", field=key, **where)
-        if entry["reader"] not in READERS:
-            raise DataFormatError(path, f"unknown reader {entry['reader']!r}; registered: "
-                                  f"{', '.join(READERS.names())}", field="reader", **where)
-        resolved = {k: (v if os.path.isabs(v) else os.path.join(base, v))
-                    for k, v in entry.items() if k in ("path", "item_embeddings")}
-        kinds = entry.get("text_kinds")
-        specs.append(BenchmarkSpec(**{**entry, **resolved,
-                                      "text_kinds": tuple(kinds) if kinds else None}))
-    return specs
+__all__ = ["evaluate_retrieval_set", "evaluate_benchmarks", "evaluate_splits"]
 
 
 def evaluate_retrieval_set(
@@ -93,6 +37,30 @@ def evaluate_retrieval_set(
     return retrieval_recall(items, texts, rs.text_owner, ks=ks, device=device)
 
 
+def _budget(spec: BenchmarkSpec, budgets: Mapping[str, int] | None, max_positions: int | None) -> int:
+    if spec.max_tokens is not None:
+        budget, origin = spec.max_tokens, f"{spec.where('max_tokens')}: "
+    elif spec.name in (budgets or {}):
+        budget, origin = budgets[spec.name], f"benchmark {spec.name!r}: the budget given for it: "
+    else:
+        raise ConfigError(f"benchmark {spec.name!r} has no token budget: give max_tokens, a --protocol "
+                          f"that lists it, or --budget {spec.name}=N ({spec.where()})")
+    if max_positions is not None and budget > max_positions:
+        raise ConfigError(f"{origin}{budget} tokens exceed the text encoder's {max_positions} positions")
+    return budget
+
+
+def _check_truncation(truncation: Sequence[int], max_positions: int | None) -> tuple[int, ...]:
+    budgets = tuple(truncation)
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 3 for b in budgets):
+        raise ConfigError(f"truncation budgets must be integers >= 3 (special tokens included), found {list(budgets)}")
+    if len(set(budgets)) < len(budgets):
+        raise ConfigError(f"truncation budgets repeat: {list(budgets)}")
+    if max_positions is not None and max(budgets) > max_positions:
+        raise ConfigError(f"truncation budget {max(budgets)} exceeds the text encoder's {max_positions} positions")
+    return budgets
+
+
 def evaluate_benchmarks(
     encoder: torch.nn.Module,
     tokenizer,
@@ -108,28 +76,43 @@ def evaluate_benchmarks(
 
     A spec's ``max_tokens`` wins over ``budgets[name]``; one of them is required. With
     ``text_kinds`` each kind is reported as ``name/kind``.
+
+    Every benchmark is read and checked before the first text is encoded, so that a
+    problem in the last one does not end a long run: a missing or too large token budget
+    (more than the encoder's ``max_positions``), truncation budgets, the annotation file
+    (:func:`~vlr_plugins.eval.benchmarks.read_benchmark`), and the store: there, as wide
+    as the encoder's ``embed_dim``, with a row for every item and every shard readable.
+    Each problem is one :class:`~vlr_plugins.errors.UserError` naming the benchmark or
+    file.
     """
-    from vlr_plugins.registry import READERS
+    max_positions = getattr(encoder, "max_positions", None)
+    embed_dim = getattr(encoder, "embed_dim", None)
+    sweep = _check_truncation(truncation, max_positions) if truncation else ()
+    planned = []
+    for spec in specs:
+        budget = _budget(spec, budgets, max_positions)
+        sets = read_benchmark(spec)
+        store = EmbeddingStore(spec.item_embeddings)
+        if embed_dim is not None and store.dim != embed_dim:
+            raise ConfigError(
+                f"{spec.where('item_embeddings')}: the embedding store {store.path} holds {store.dim}-d "
+                f"embeddings, but the text encoder embeds texts in {embed_dim}-d: give the store of the "
+                "image tower this model was trained against")
+        store.check([i for rs in sets for i in rs.item_ids])
+        planned.append((spec, sets, store, budget))
 
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
-    for spec in specs:
-        budget = spec.max_tokens or (budgets or {}).get(spec.name)
-        if budget is None:
-            raise KeyError(f"benchmark {spec.name!r} has no token budget: give max_tokens, a --protocol "
-                           f"that lists it, or --budget {spec.name}=N")
-        full = READERS.get(spec.reader)(spec.path, **spec.args)
-        sets = [full.with_texts(k) for k in spec.text_kinds] if spec.text_kinds else [full]
-        store = EmbeddingStore(spec.item_embeddings)
+    for spec, sets, store, budget in planned:
         for rs in sets:
             key = spec.name if not spec.text_kinds else f"{spec.name}/{rs.name.rsplit('/', 1)[1]}"
             out["budgets"][key] = budget
             out["recall"][key] = evaluate_retrieval_set(encoder, tokenizer, rs, store, budget,
                                                         batch_size=batch_size, device=device, progress=progress)
-            if truncation:
+            if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
                 out["truncation"][key] = truncation_sweep(
-                    encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=tuple(truncation),
+                    encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
                     batch_size=batch_size, device=device, progress=progress)
     return out
 

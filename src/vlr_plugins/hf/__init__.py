@@ -19,7 +19,7 @@ from __future__ import annotations
 from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.hf.configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
-from vlr_plugins.hf.export import export_text_encoder
+from vlr_plugins.hf.export import check_export_target, export_text_encoder
 from vlr_plugins.hf.family import FAMILY, register_auto_classes
 from vlr_plugins.hf.modeling_vlr import (
     VlrRetrievalPreTrainedModel,
@@ -35,6 +35,7 @@ __all__ = [
     "VlrTextEncoderModel",
     "VlrTextEncoderOutput",
     "build_model_card",
+    "check_export_target",
     "export_text_encoder",
     "register_auto_classes",
     "write_model_card",

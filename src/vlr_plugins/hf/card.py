@@ -135,16 +135,25 @@ def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, A
     from vlr_plugins.data.errors import DataFormatError
 
     merged: dict[str, Any] = {"recall": {}, "budgets": {}}
+    from vlr_plugins.data._text_files import read_utf8
+
     for path in paths or []:
+        if not os.path.isfile(path):
+            what = "a folder: give its results.json" if os.path.isdir(path) else "not there"
+            raise MissingFileError(f"no `vlr eval` results at {path}: it is {what}")
         try:
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
-        except FileNotFoundError:
-            raise MissingFileError(f"no `vlr eval` results at {path}") from None
+            result = json.loads(read_utf8(path))
         except json.JSONDecodeError as e:
             raise DataFormatError(path, f"not valid JSON: {e.msg}", record=e.lineno) from None
         if not isinstance(result, dict) or not isinstance(result.get("recall"), dict):
             raise DataFormatError(path, "expected the results.json of `vlr eval` (a 'recall' mapping)")
+        for bench, metrics in result["recall"].items():
+            if not isinstance(metrics, dict) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()):
+                raise DataFormatError(path, "expected a mapping of metric names to numbers, as `vlr eval` writes",
+                                      field=f"recall.{bench}")
+        if not isinstance(result.get("budgets") or {}, dict):
+            raise DataFormatError(path, "expected a mapping of benchmark names to token budgets", field="budgets")
         merged["recall"].update(result["recall"])
         merged["budgets"].update(result.get("budgets") or {})
     return merged

@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.data.errors import OutputExistsError
 from vlr_plugins.data.text_views import TextView
+from vlr_plugins.errors import ConfigError, loading_pretrained
 from vlr_plugins.hf.family import FAMILY
 
-__all__ = ["export_text_encoder"]
+__all__ = ["check_export_target", "export_text_encoder"]
 
 #: files that would need unpickling to load; an export must never contain one
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -57,13 +59,15 @@ def _image_space(pretrained: str | None, embed_dim: int) -> dict[str, Any]:
 def _load_tokenizer(tokenizer: Any, encoder: torch.nn.Module) -> Any:
     if tokenizer is None:
         if getattr(encoder, "tokenizer_path", None) is None:
-            raise ValueError(f"{type(encoder).__name__} names no tokenizer; "
-                             "pass tokenizer= (a tokenizer or its folder)")
-        return encoder.load_tokenizer()
+            raise ConfigError(f"{type(encoder).__name__} names no tokenizer; "
+                              "pass tokenizer= (a tokenizer or its folder)")
+        with loading_pretrained(str(encoder.tokenizer_path), "the tokenizer the checkpoint names (or tokenizer=)"):
+            return encoder.load_tokenizer()
     if isinstance(tokenizer, (str, os.PathLike)):
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(tokenizer))
+        with loading_pretrained(str(tokenizer), "tokenizer"):
+            return AutoTokenizer.from_pretrained(str(tokenizer))
     if not hasattr(tokenizer, "save_pretrained"):
         raise TypeError("tokenizer must be a transformers tokenizer or its folder, "
                         f"found {type(tokenizer).__name__}")
@@ -87,6 +91,30 @@ def _registered_for_auto_class(model: torch.nn.Module) -> Iterator[None]:
                     delattr(cls, "_auto_class")
             else:
                 cls._auto_class = value
+
+
+def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,
+                        flag: str = "overwrite=True") -> None:
+    """Raise :class:`~vlr_plugins.data.errors.OutputExistsError` unless an export may be
+    written at ``out_dir``: nothing is there, or (with ``overwrite``) an empty folder or an
+    earlier export (a ``config.json`` beside ``*.safetensors``). A file, or a folder that
+    holds anything else, is never replaced: replacing means deleting it.
+
+    ``flag`` is how the message tells the caller to overwrite (``vlr export`` says
+    ``--overwrite``).
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise OutputExistsError(f"cannot export to {out_dir}: it is a file")
+    if not overwrite:
+        raise OutputExistsError(f"{out_dir} exists; pass {flag} to replace it")
+    names = {p.name for p in out_dir.iterdir()}
+    if names and not ("config.json" in names and any(n.endswith(".safetensors") for n in names)):
+        raise OutputExistsError(
+            f"cannot export to {out_dir}: it is a folder that holds files of something other than an "
+            f"export (no config.json beside *.safetensors); refusing to replace it even with {flag}")
 
 
 def export_text_encoder(
@@ -120,9 +148,12 @@ def export_text_encoder(
     capped at the encoder's positions.
 
     The folder is written beside ``out_dir`` and renamed into place, so a reader never
-    sees half an export; ``overwrite`` replaces an existing one. ``verify`` reloads the
+    sees half an export; ``overwrite`` replaces an earlier export, never a file or a
+    folder holding anything else (:func:`check_export_target`). ``verify`` reloads the
     weights from the written safetensors and checks they equal the encoder's. No file
-    that needs unpickling is written, and none is read but through ``weights_only``.
+    that needs unpickling is written, and none is read but through ``weights_only``; a
+    checkpoint that is not one of ``vlr train`` is refused with one error naming it
+    (:func:`~vlr_plugins.checkpoint_meta.check_text_encoder_checkpoint`).
     ``extra_files`` (name -> text or bytes; e.g. ``README.md``, eval results) are written
     into the folder before it is renamed into place.
 
@@ -133,13 +164,19 @@ def export_text_encoder(
         >>> AutoModel.from_pretrained("blip-c5", trust_remote_code=True)  # doctest: +SKIP
     """
     import vlr_plugins
+    from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
     from vlr_plugins.text import load_text_encoder
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
+    check_export_target(out_dir, overwrite=overwrite)
     if isinstance(encoder_or_checkpoint, (str, os.PathLike)):
-        encoder = load_text_encoder(encoder_or_checkpoint)
+        spec = os.fspath(encoder_or_checkpoint)
+        if spec.startswith("blip:"):
+            with loading_pretrained(spec[len("blip:"):], "encoder_or_checkpoint"):
+                encoder = load_text_encoder(spec)
+        else:
+            check_text_encoder_checkpoint(spec)  # one error naming the file, not torch.load's traceback
+            encoder = load_text_encoder(spec)
     elif isinstance(encoder_or_checkpoint, torch.nn.Module):
         encoder = encoder_or_checkpoint
     else:
@@ -159,7 +196,7 @@ def export_text_encoder(
     tok = copy.deepcopy(_load_tokenizer(tokenizer, encoder))
     vocab = model.get_input_embeddings().num_embeddings
     if len(tok) > vocab:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the text encoder embeds only {vocab}")
+        raise ConfigError(f"the tokenizer has {len(tok)} tokens but the text encoder embeds only {vocab}")
     positions = model.config.max_positions
     if positions is not None and (tok.model_max_length is None or tok.model_max_length > positions):
         # so that truncation=True without max_length never exceeds the positions

@@ -168,6 +168,7 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, token
         from huggingface_hub import HfApi, constants
     except ImportError:
         raise PushError("pushing needs huggingface_hub: pip install 'vlr-plugins[hf]'") from None
+    _check_repo_id(repo_id)
     if constants.is_offline_mode():
         raise PushError("HF_HUB_OFFLINE is set: pushing needs the network; unset HF_HUB_OFFLINE")
 
@@ -188,6 +189,21 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, token
     if failure is not None:
         raise failure  # outside the handler: the Hub error (and its request headers) stays unreferenced
     return str(info.pr_url or info.commit_url)
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """Refuse a malformed repository id here, before the offline check and any request."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    detail = ""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        detail = f" ({' '.join(str(e).split())})"
+    if detail or repo_id.count("/") != 1:
+        raise PushError(f"not a valid Hub repository id {repo_id!r}: expected namespace/name, of letters, digits, "
+                        f"'-', '_' and '.'{detail}")
 
 
 def _resolved_token() -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.data._text_files import read_utf8, utf8_lines
 from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.retrieval_set import RetrievalSet
 
@@ -45,9 +46,9 @@ def reject_pickle(path: str, instead: str) -> None:
 
 
 def read_text(path: str) -> str:
-    # utf-8-sig: tolerate the byte-order mark some Windows tools write
-    with open(path, encoding="utf-8-sig") as f:
-        return f.read()
+    """The text of ``path``; a byte that is not UTF-8 is a :class:`DataFormatError` naming
+    the line (a byte-order mark is dropped)."""
+    return read_utf8(path)
 
 
 def _invalid_json(path: str, e: json.JSONDecodeError, line: int | None) -> DataFormatError:
@@ -78,12 +79,11 @@ def text_lines(path: str) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` for every non-blank line of a text file; lines count from 1.
 
     Lazy, so a reader that validates while iterating reports the first bad line, whichever
-    way it is bad.
+    way it is bad (a byte that is not UTF-8 included).
     """
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if line.strip():
-                yield line_no, line
+    for line_no, line in utf8_lines(path):
+        if line.strip():
+            yield line_no, line
 
 
 def json_lines(path: str) -> Iterator[tuple[int, Any]]:
@@ -98,11 +98,10 @@ def json_lines(path: str) -> Iterator[tuple[int, Any]]:
 
 def first_char(path: str) -> str:
     """The first non-blank character of a text file, to tell a JSON array from JSON Lines."""
-    with open(path, encoding="utf-8-sig") as f:
-        while chunk := f.read(4096):
-            stripped = chunk.lstrip()
-            if stripped:
-                return stripped[0]
+    for _, line in utf8_lines(path):
+        stripped = line.lstrip()
+        if stripped:
+            return stripped[0]
     return ""
 
 

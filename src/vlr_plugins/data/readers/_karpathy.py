@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -36,7 +37,7 @@ def karpathy_set(
     ``filename`` where the file has no ``filepath`` (Flickr30k).
     """
     if split != "all" and split not in KARPATHY_SPLITS:
-        raise ValueError(
+        raise ConfigError(
             f"split must be one of {', '.join(KARPATHY_SPLITS)} or 'all', found {split!r}"
         )
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):

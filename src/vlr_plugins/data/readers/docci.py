@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 
 from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -62,10 +63,12 @@ def read_docci(
         ('docci', 14847)
     """
     path = os.fspath(path)
+    if not isinstance(splits, (str, Iterable)):
+        raise ConfigError(f"splits must be a split name or a list of them, found {splits!r}")
     wanted = (splits,) if isinstance(splits, str) else tuple(splits)
     unknown = [s for s in wanted if s not in DOCCI_SPLITS]
     if not wanted or unknown:
-        raise ValueError(f"splits must be some of {', '.join(DOCCI_SPLITS)}, found {list(wanted)}")
+        raise ConfigError(f"splits must be some of {', '.join(DOCCI_SPLITS)}, found {list(wanted)}")
 
     ids: list[str] = []
     media: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -177,7 +178,7 @@ def read_flickr30k(
         )
     if start == "[":
         if split == "all":
-            raise ValueError(
+            raise ConfigError(
                 f"{path} is a LAVIS annotation file, which holds one split; "
                 "for the full set read dataset_flickr30k.json or "
                 "results_20130124.token with split='all'"
@@ -195,7 +196,7 @@ def read_flickr30k(
             record=line_no,
         )
     if split != "all":
-        raise ValueError(
+        raise ConfigError(
             f"{path} is the official token file, which holds the full Flickr30k set "
             f"without split labels; pass split='all' (found split={split!r}), or read "
             "Karpathy's dataset_flickr30k.json for its train/val/test splits"

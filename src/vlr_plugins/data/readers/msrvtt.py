@@ -6,6 +6,7 @@ import csv
 import os
 from typing import Any
 
+from vlr_plugins.data._text_files import utf8_lines
 from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.readers._common import (
     SetBuilder,
@@ -27,30 +28,29 @@ _JSFUSION_COLUMNS = ("video_id", "sentence")
 def _jsfusion(path: str, video_ext: str) -> SetBuilder:
     """CLIP4Clip's ``MSRVTT_JSFUSION_test.csv``: ``key,vid_key,video_id,sentence`` per row."""
     out = SetBuilder(path)
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in _JSFUSION_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
+    reader = csv.DictReader(line for _, line in utf8_lines(path))
+    missing = [c for c in _JSFUSION_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataFormatError(
+            path,
+            f"expected a header with columns key,vid_key,video_id,"
+            f"sentence, found {','.join(reader.fieldnames or []) or 'none'}",
+            record=1,
+            field=missing[0],
+        )
+    for row in reader:
+        line = reader.line_num
+        if None in row:
             raise DataFormatError(
                 path,
-                f"expected a header with columns key,vid_key,video_id,"
-                f"sentence, found {','.join(reader.fieldnames or []) or 'none'}",
-                record=1,
-                field=missing[0],
+                f"expected {len(reader.fieldnames)} columns, found more "
+                "(quote sentences that hold commas)",
+                record=line,
             )
-        for row in reader:
-            line = reader.line_num
-            if None in row:
-                raise DataFormatError(
-                    path,
-                    f"expected {len(reader.fieldnames)} columns, found more "
-                    "(quote sentences that hold commas)",
-                    record=line,
-                )
-            error = record_error(path, line, "line")
-            video_id = text_field(row, "video_id", error)
-            sentence = text_field(row, "sentence", error)
-            out.text(out.item(video_id, f"{video_id}{video_ext}"), sentence, "caption")
+        error = record_error(path, line, "line")
+        video_id = text_field(row, "video_id", error)
+        sentence = text_field(row, "sentence", error)
+        out.text(out.item(video_id, f"{video_id}{video_ext}"), sentence, "caption")
     return out
 
 

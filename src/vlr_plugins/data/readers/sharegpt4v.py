@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -27,22 +28,22 @@ PAPER_SAMPLE: Mapping[str, int] = MappingProxyType({"coco": 50000, "llava": 3000
 
 def _check_sample(sample: Mapping[str, int]) -> dict[str, str]:
     """``{source: image-path prefix}``, refusing counts and sources that cannot be drawn."""
-    if not sample:
-        raise ValueError("sample must name at least one source, e.g. {'coco': 50000}")
+    if not isinstance(sample, Mapping) or not sample:
+        raise ConfigError(f"sample must map at least one source to a count, e.g. {{'coco': 50000}}, found {sample!r}")
     prefixes: dict[str, str] = {}
     for source, n in sample.items():
         if not isinstance(source, str) or not source.strip("/"):
-            raise ValueError(
+            raise ConfigError(
                 f"sample keys must be image-path prefixes such as 'coco', found {source!r}"
             )
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"sample[{source!r}] must be a positive integer, found {n!r}")
+            raise ConfigError(f"sample[{source!r}] must be a positive integer, found {n!r}")
         prefixes[source] = source.strip("/") + "/"
     for a, pa in prefixes.items():
         for b, pb in prefixes.items():
             if a != b and pb.startswith(pa):
                 # an image under both would be drawn twice and the counts would not add up
-                raise ValueError(f"sample sources {a!r} and {b!r} overlap; give disjoint folders")
+                raise ConfigError(f"sample sources {a!r} and {b!r} overlap; give disjoint folders")
     return prefixes
 
 
@@ -171,7 +172,7 @@ def read_sharegpt4v(
                 continue
             chosen.extend(sorted(random.Random(seed).sample(candidates, want)))
         if short:
-            raise ValueError(f"{path}: too few images to sample from: {'; '.join(short)}")
+            raise ConfigError(f"{path}: too few images to sample from: {'; '.join(short)}")
 
     return build_set(
         _sample_name(sample),

@@ -6,6 +6,7 @@ import os
 import re
 
 from vlr_plugins.data.errors import _type_name
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     SetBuilder,
     expect_list,
@@ -84,7 +85,7 @@ def read_shot2story(
         'MVq8Q9tKdfU.23#79_485'
     """
     if level not in SHOT2STORY_LEVELS:
-        raise ValueError(f"level must be one of {', '.join(SHOT2STORY_LEVELS)}, found {level!r}")
+        raise ConfigError(f"level must be one of {', '.join(SHOT2STORY_LEVELS)}, found {level!r}")
     path = os.fspath(path)
     records = expect_list(path, load_json(path), "clip objects")
     out = SetBuilder(path)

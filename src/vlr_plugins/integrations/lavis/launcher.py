@@ -64,6 +64,11 @@ def prepare_config(cfg_path: str, options=(), *, train: str | None = None, image
     if image_embeddings:
         opts.append(f"{ds}.image_embeddings.storage={os.path.abspath(image_embeddings)}")
     if checkpoint:
+        from vlr_plugins.checkpoint_meta import load_weights_only
+
+        # read here, so that a missing file, a text file or a pickle of objects is one error
+        # naming it, before LAVIS builds anything
+        load_weights_only(checkpoint, mmap=True)
         opts.append(f"model.trained_checkpoint={os.path.abspath(checkpoint)}")
     if evaluate:
         opts.append("run.evaluate=True")
@@ -194,6 +199,12 @@ def export(args: argparse.Namespace) -> int:
     from vlr_plugins.integrations.lavis.export import write_vlr_checkpoint
     from vlr_plugins.recipe import load_recipe
 
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.errors import UsageError
+
+    if os.path.isdir(args.out):
+        raise UsageError("--out", f"{args.out} is a folder; expected the .pth file to write")
+    check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     cfg = prepare_config(args.cfg_path, args.options, checkpoint=args.checkpoint)
     from lavis.common.registry import registry
 

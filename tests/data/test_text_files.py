@@ -1,0 +1,53 @@
+"""UTF-8 text files: the lines as Python's text mode gives them, and a bad byte named by file, line and column."""
+
+from __future__ import annotations
+
+import codecs
+
+import pytest
+
+from vlr_plugins.data import DataFormatError
+from vlr_plugins.data._text_files import read_utf8, utf8_lines
+
+TEXT = 'first line\n{"caption": "café, naïve"}\r\n\nlast line without a newline'
+
+
+def test_lines_are_those_of_text_mode_with_newline_kept(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(TEXT.encode("utf-8"))
+    with open(path, encoding="utf-8", newline="") as f:
+        expected = list(enumerate(f, start=1))
+    assert list(utf8_lines(path)) == expected
+    assert read_utf8(path) == TEXT
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + TEXT.encode("utf-8"))
+    assert next(iter(utf8_lines(path))) == (1, "first line\n")
+    assert read_utf8(path) == TEXT
+
+
+@pytest.mark.parametrize("lines, line, column, byte", [
+    ([b"ok\n", b"caf\xe9 latin-1\n", b"more\n"], 2, 4, 0xE9),
+    ([b"\xff\xfeU\x00T\x00F\x00-16\n"], 1, 1, 0xFF),
+    ([b"ok\n", b"\xc3\xa9t\xc3\xa9 and then \x80\n"], 2, 14, 0x80),  # columns count characters, not bytes
+])
+def test_a_byte_that_is_not_utf8_names_file_line_and_column(tmp_path, lines, line, column, byte):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"".join(lines))
+    expected = f"{path}, line {line}: not UTF-8 text: byte 0x{byte:02x} at column {column}"
+    with pytest.raises(DataFormatError, match=expected) as lazily:
+        list(utf8_lines(path))
+    with pytest.raises(DataFormatError, match=expected) as whole:
+        read_utf8(path)
+    assert lazily.value.record == whole.value.record == line and isinstance(whole.value, ValueError)
+
+
+def test_lines_before_a_bad_byte_are_read(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"one\ntwo\n\xff\n")
+    lines = utf8_lines(path)
+    assert [next(lines), next(lines)] == [(1, "one\n"), (2, "two\n")]
+    with pytest.raises(DataFormatError, match="line 3"):
+        next(lines)

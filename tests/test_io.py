@@ -1,0 +1,66 @@
+"""check_output_dir: an output folder a command cannot write is refused, naming the option, before any work."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vlr_plugins._io import check_output_dir
+from vlr_plugins.errors import UsageError
+
+
+def test_a_folder_that_is_there_or_can_be_made_passes(tmp_path):
+    (tmp_path / "results").mkdir()
+    check_output_dir(tmp_path / "results", "--out")
+    check_output_dir(tmp_path / "new" / "deeper" / "results", "--out")
+    check_output_dir(tmp_path / "store", "--out", replaced_whole=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]  # nothing was created
+
+
+def test_a_file_or_a_folder_under_a_file_is_refused(tmp_path):
+    (tmp_path / "notes").write_text("a file")
+    with pytest.raises(UsageError, match=f"^--out: {tmp_path / 'notes'} is a file") as info:
+        check_output_dir(tmp_path / "notes", "--out")
+    assert info.value.option == "--out"
+    with pytest.raises(UsageError, match=f"^OUT: cannot create the folder {tmp_path / 'notes' / 'a' / 'b'}: "
+                                         f"{tmp_path / 'notes'} is a file"):
+        check_output_dir(tmp_path / "notes" / "a" / "b", "OUT", replaced_whole=True)
+
+
+def _unwritable(folder):
+    """``os.access`` as on a file system where ``folder`` is read-only (root writes anywhere)."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if os.fspath(path) == os.fspath(folder) and mode & os.W_OK:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    return access
+
+
+def test_a_folder_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", _unwritable(locked))
+    with pytest.raises(UsageError, match=f"cannot write into {locked}: the folder is not writable"):
+        check_output_dir(locked, "--out")
+    # a store is written beside the folder and renamed onto it: its parent must be writable
+    with pytest.raises(UsageError, match=f"cannot write {locked / 'store'}: the folder {locked} is not writable"):
+        check_output_dir(locked / "store", "--out", replaced_whole=True)
+    with pytest.raises(UsageError, match=f"the folder {locked} is not writable"):
+        check_output_dir(locked / "new" / "results", "--out")
+    check_output_dir(tmp_path / "elsewhere", "--out")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(UsageError, match="not writable"):
+            check_output_dir(locked / "results", "--out")
+    finally:
+        locked.chmod(0o755)
