@@ -4,16 +4,18 @@ able to consume the views; errors name the file and the dotted key (:class:`Reci
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import os
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from vlr_plugins.data.sample import TEXT_FIELDS
-from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
 
 __all__ = ["SCHEMA", "check_keys", "build_text_views", "check_loss_against_views", "recipe_from_dict"]
@@ -34,7 +36,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def check_keys(raw: dict[str, Any], schema: dict[str, Any], path: Path, prefix: str) -> None:
+def check_keys(raw: dict[str, Any], schema: dict[str, Any], path: Path | Source, prefix: str) -> None:
     """Raise :class:`RecipeError` for the first key of ``raw`` that ``schema`` does not allow."""
     for k, v in raw.items():
         key = f"{prefix}{k}"
@@ -72,8 +74,9 @@ def _check_view_keys(view: dict[str, Any], path: Path | str, key: str) -> None:
             raise RecipeError(path, f"{key}.{vk}", f"unknown key (allowed: {', '.join(sorted(_VIEW_KEYS))})")
 
 
-def _typed(path: Path, key: str, value: Any, typ: Any) -> Any:
-    """Check ``value`` against a simple annotation (int/float/bool/str/Optional/Literal)."""
+def _typed(path: Path | str | None, key: str, value: Any, typ: Any) -> Any:
+    """Check ``value`` against a simple annotation (int/float/bool/str/Optional/Literal/
+    tuple/Sequence); other annotations accept anything."""
     origin = typing.get_origin(typ)
     args = typing.get_args(typ)
     if origin in (typing.Union, types.UnionType):
@@ -89,6 +92,14 @@ def _typed(path: Path, key: str, value: Any, typ: Any) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise RecipeError(path, key, f"expected a list of {len(args)} numbers, found {value!r}")
         return tuple(_typed(path, f"{key}[{i}]", x, a) for i, (x, a) in enumerate(zip(value, args)))
+    if origin is dict or typ is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(path, key, f"expected a mapping, found {value!r}")
+        return value
+    if origin in (collections.abc.Sequence, list):
+        if not isinstance(value, (list, tuple)):
+            raise RecipeError(path, key, f"expected a list, found {value!r}")
+        return [_typed(path, f"{key}[{i}]", x, args[0]) if args else x for i, x in enumerate(value)]
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(path, key, f"expected a number, found {value!r}")
@@ -206,6 +217,7 @@ def check_loss_against_views(
         if k != "type" and k not in params:
             raise RecipeError(path, f"{loss_key}.{k}",
                               f"{loss['type']} takes no argument {k!r} (it takes: {', '.join(params)})")
+    _check_arguments(cls, {k: v for k, v in loss.items() if k != "type"}, path, loss_key)
     if getattr(cls, "single_positive", False) and views.max_positives != 1:
         raise RecipeError(path, f"{views_key}.positives",
                           f"{loss['type']} expects exactly one positive per image; these views give "
@@ -215,6 +227,50 @@ def check_loss_against_views(
     if views.negatives and not getattr(cls, "accepts_negatives", False):
         raise RecipeError(path, f"{views_key}.negatives",
                           f"{loss['type']} ignores hard negatives; use HardNegativeInfoNCELoss")
+
+
+def _check_model(model: dict[str, Any], path: str | os.PathLike | None) -> None:
+    """A registered text encoder (``vlr list models``) gets only arguments it takes, each
+    of its annotated type; building it (weights, a download) is left to the trainer. Other
+    ``type`` values belong to one trainer (``open_clip``), which checks them."""
+    from vlr_plugins.registry import MODELS
+
+    if not isinstance(model["type"], str) or model["type"] not in MODELS:
+        return
+    cls = MODELS.get(model["type"])
+    params = inspect.signature(cls).parameters
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:
+        hints = {}
+    for k, v in model.items():
+        if k == "type":
+            continue
+        if k not in params:
+            raise RecipeError(path, f"model.{k}",
+                              f"{model['type']} takes no argument {k!r} (it takes: {', '.join(params)})")
+        if k in hints:
+            _typed(path, f"model.{k}", v, hints[k])
+
+
+def _check_arguments(cls: type, args: dict[str, Any], path: str | os.PathLike | None, key: str) -> None:
+    """Check ``cls(**args)`` before anything runs: each argument against its annotation,
+    then the constructor's own checks, whose ``ValueError`` / ``TypeError`` is reported
+    under ``key.<the argument it names>`` (``loss.temperature``), else under ``key``."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that does not resolve here: check values only by building
+        hints = {}
+    for name, value in args.items():
+        if name in hints:
+            _typed(path, f"{key}.{name}", value, hints[name])
+    try:
+        cls(**args)
+    except (ValueError, TypeError) as e:
+        message = str(e)
+        params = list(inspect.signature(cls).parameters)
+        named = [n for n in (*args, *params) if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", message)]
+        raise RecipeError(path, f"{key}.{named[0]}" if named else key, message) from None
 
 
 def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None) -> Recipe:
@@ -228,6 +284,7 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     check_loss_against_views(raw["loss"], views, p)
     if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
         raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")
+    _check_model(raw["model"], p)
     data = _build(DataSpec, raw.get("data") or {}, p, "data.")
     if not 0.0 < data.fraction <= 1.0:
         raise RecipeError(p, "data.fraction", f"expected 0 < fraction <= 1, found {data.fraction}")
