@@ -85,6 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
     from vlr_plugins.integrations.mmengine.preflight import (
+        check_launcher,
         check_output_file,
         check_output_folder,
         check_resume_checkpoint,
@@ -116,6 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             cfg.dump(args.dump_config)
             print(f"wrote {args.dump_config}")
             return 0
+        check_launcher(args.launcher)
         inputs = check_run_inputs(recipe, plain)
         with nothing_left_on_failure(work_dir):
             runner = build_runner(cfg, verbose=args.verbose)

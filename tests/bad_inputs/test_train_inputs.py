@@ -24,6 +24,7 @@ pytest.importorskip("mmengine")
 @pytest.fixture(autouse=True)
 def _quiet_mmengine(monkeypatch):
     monkeypatch.delenv("VLR_DEBUG", raising=False)
+    monkeypatch.delenv("RANK", raising=False)  # not started by torchrun
     yield
     logging.getLogger("mmengine").handlers.clear()
 
@@ -256,6 +257,13 @@ CASES = [
      ["list.yaml", "expected a mapping"]),
     ("recipe-batch-larger-than-data", lambda k: k.argv(k.recipe("train: {batch_size: 4096}\n")),
      ["tiny.yaml: train.batch_size", "no full batch of 4096"]),
+    ("recipe-negative-lr", lambda k: k.argv(k.recipe("train: {lr: -0.001}\n")),
+     ["tiny.yaml: train.lr", "expected > 0, found -0.001"]),
+    ("recipe-beta-of-one", lambda k: k.argv(k.recipe("train: {betas: [0.9, 1.0]}\n")),
+     ["train.betas[1]", "0 <= beta < 1"]),
+    ("recipe-grad-clip-zero", lambda k: k.argv(k.recipe("train: {grad_clip: 0}\n")), ["train.grad_clip", "> 0"]),
+    ("recipe-schedule-unknown", lambda k: k.argv(k.recipe("train: {schedule: linear}\n")),
+     ["train.schedule", "expected one of ['cosine', 'constant']"]),
     # ---- --set
     ("set-epochs-not-an-integer", lambda k: k.argv(more=("--set", "train.epochs=two")),
      ["--set train.epochs", "expected an integer, found 'two'"]),
@@ -272,6 +280,9 @@ CASES = [
     ("set-view-budget-past-positions", lambda k: k.argv(more=(
         "--set", "text_views={positives: [{field: caption, max_tokens: 400}]}")),
      ["--set text_views.positives[0].max_tokens", "400 tokens exceed", "160 positions"]),
+    ("set-amp-without-a-gpu", lambda k: k.argv(more=("--set", "train.amp=true")),
+     ["--set train.amp", "GPU"]),
+    ("launcher-outside-torchrun", lambda k: k.argv(more=("--launcher", "pytorch")), ["--launcher", "torchrun", "RANK"]),
     # ---- embedding stores
     ("store-missing", lambda k: k.argv(store=k.tmp / "absent_store"),
      ["--image-embeddings (data.image_embeddings)", "no such folder"]),
@@ -342,6 +353,8 @@ def _without_shard(kit: Kit) -> Path:
 
 @pytest.mark.parametrize("case, argv, where", CASES, ids=[c[0] for c in CASES])
 def test_vlr_train_refuses(case, argv, where, kit):
+    if case == "set-amp-without-a-gpu" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: mixed precision is allowed")
     assert_refused(argv(kit), *where, leaves=[kit.work])
 
 

@@ -273,6 +273,33 @@ def _check_arguments(cls: type, args: dict[str, Any], path: str | os.PathLike | 
         raise RecipeError(path, f"{key}.{named[0]}" if named else key, message) from None
 
 
+#: train.<key> -> (lowest allowed, whether the lowest is allowed, what that reads as)
+_TRAIN_RANGES: dict[str, tuple[float, bool, str]] = {
+    "batch_size": (1, True, ">= 1"), "epochs": (1, True, ">= 1"), "lr": (0, False, "> 0"),
+    "weight_decay": (0, True, ">= 0"), "warmup_steps": (0, True, ">= 0"), "min_lr": (0, True, ">= 0"),
+    "num_workers": (0, True, ">= 0"), "checkpoint_interval": (1, True, ">= 1"),
+    "max_keep_checkpoints": (-1, True, ">= 1, or -1 to keep all"), "log_interval": (1, True, ">= 1"),
+}
+
+
+def _check_train(train: TrainSpec, path: Path) -> None:
+    """Optimisation values a trainer would refuse only once it runs (AdamW's lr, betas...)."""
+    for k, (low, inclusive, expected) in _TRAIN_RANGES.items():
+        value = getattr(train, k)
+        if value < low or (value == low and not inclusive) or (k == "max_keep_checkpoints" and value == 0):
+            raise RecipeError(path, f"train.{k}", f"expected {expected}, found {value}")
+    if not 0 < train.warmup_start_factor <= 1:
+        raise RecipeError(path, "train.warmup_start_factor",
+                          f"expected 0 < factor <= 1, found {train.warmup_start_factor}")
+    for i, b in enumerate(train.betas):
+        if not 0 <= b < 1:
+            raise RecipeError(path, f"train.betas[{i}]", f"expected 0 <= beta < 1, found {b}")
+    if train.grad_clip is not None and not train.grad_clip > 0:
+        raise RecipeError(path, "train.grad_clip", f"expected > 0 (or null for no clipping), found {train.grad_clip}")
+    if train.min_lr > train.lr:
+        raise RecipeError(path, "train.min_lr", f"{train.min_lr} is above train.lr {train.lr}")
+
+
 def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None) -> Recipe:
     """Validate a merged recipe mapping (``path`` is used in error messages)."""
     p = Path(path) if path else Path("<recipe>")
@@ -289,9 +316,7 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     if not 0.0 < data.fraction <= 1.0:
         raise RecipeError(p, "data.fraction", f"expected 0 < fraction <= 1, found {data.fraction}")
     train = _build(TrainSpec, raw.get("train") or {}, p, "train.")
-    for k in ("batch_size", "epochs"):
-        if getattr(train, k) < 1:
-            raise RecipeError(p, f"train.{k}", f"expected >= 1, found {getattr(train, k)}")
+    _check_train(train, p)
     splits = tuple(_build(EvalSplit, s, p, f"eval[{i}].") for i, s in enumerate(raw.get("eval") or []))
     return Recipe(
         name=_typed(p, "name", raw["name"], str),

@@ -28,7 +28,11 @@ from vlr_plugins.integrations.mmengine.dataset import ParagraphTextViewsDataset,
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["RunInputs", "check_run_inputs", "check_output_folder", "check_output_file", "check_resume_checkpoint",
-           "nothing_left_on_failure"]
+           "check_launcher", "nothing_left_on_failure"]
+
+#: what each MMEngine launcher reads from the environment its launcher sets
+_LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.run)"),
+                 "slurm": ("SLURM_PROCID", "srun"), "mpi": ("OMPI_COMM_WORLD_RANK", "mpirun (Open MPI)")}
 
 
 @dataclass(frozen=True)
@@ -51,13 +55,19 @@ def _check_width(recipe: Recipe, key: str, path: str, dim: int, shape: Any) -> N
 
 def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
     """Build the datasets of ``cfg`` (from :func:`recipe_to_mmengine_config`) as the Runner
-    will, and check every store's width against the recipe's text encoder.
+    will, and check every store's width against the recipe's text encoder (and
+    ``train.amp`` against the machine).
 
     Raises a :class:`~vlr_plugins.errors.UserError` naming the file, record and field
     (:class:`~vlr_plugins.data.DataFormatError`), every missing embedding
     (:class:`~vlr_plugins.data.MissingEmbeddingsError`), or the recipe key and where it
     was set (:class:`~vlr_plugins.recipe.RecipeError`).
     """
+    from mmengine.device import get_device
+
+    if recipe.train.amp and get_device() == "cpu":
+        raise recipe.error("train.amp", "mixed precision (AmpOptimWrapper) runs on a GPU (cuda, npu, mlu, musa); "
+                                        "this machine has none: set train.amp: false")
     shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
     args = {k: v for k, v in cfg["train_dataloader"]["dataset"].items() if k != "type"}
     try:
@@ -150,6 +160,16 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -
                                  f"{type(e).__name__}: {first}") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
+
+
+def check_launcher(launcher: str, option: str = "--launcher") -> None:
+    """A distributed ``launcher`` runs under the program that starts its processes (MMEngine
+    reads the rank it sets); errors name ``option``."""
+    if launcher in _LAUNCHER_ENV:
+        variable, program = _LAUNCHER_ENV[launcher]
+        if variable not in os.environ:
+            raise UsageError(option, f"{launcher} needs the processes started by {program}, which sets {variable}; "
+                                     f"it is not set (run without --launcher for one process)")
 
 
 def _has_checkpoint(work_dir: Path, before: set[str]) -> bool:
