@@ -238,9 +238,21 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlr_plugins.demo import DemoConfig, run_demo
+    from vlr_plugins.integrations.mmengine.preflight import check_output_folder
+    from vlr_plugins.recipe import RecipeError, load_recipe
+    from vlr_plugins.registry import MODELS
 
+    check_output_folder(args.out, "--out")
     cfg = DemoConfig(out_dir=args.out, seed=args.seed)
     if args.recipes:
+        for name in args.recipes:  # the demo swaps in its tiny model: the recipe must train a text encoder
+            try:
+                model = load_recipe(name).model["type"]
+            except RecipeError as e:
+                raise UsageError("--recipes", str(e)) from None
+            if model not in MODELS:
+                raise UsageError("--recipes", f"{name} trains {model!r}, not a text encoder the demo can shrink "
+                                              f"({', '.join(MODELS.names())}): use paragraph/* recipes")
         cfg.recipes = tuple(args.recipes)
     if args.quick:
         cfg.num_train, cfg.num_eval, cfg.epochs, cfg.batch_size = 128, 32, 1, 32
@@ -251,6 +263,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(report["table"])
     print(f"report: {args.out}/report.md, {args.out}/report.json" + (f", {report['plot']}" if report["plot"] else ""))
     return 0
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {value}")
+        return value
+
+    return parse
 
 
 def _lavis_launcher():
@@ -395,8 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world, offline, on a CPU")
     s.add_argument("--out", default="vlr-demo")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
-    s.add_argument("--epochs", type=int)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--epochs", type=_at_least(1))
+    s.add_argument("--seed", type=_at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     s.set_defaults(fn=cmd_demo)
     return p

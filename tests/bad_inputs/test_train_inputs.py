@@ -378,3 +378,20 @@ def test_a_failure_in_an_existing_work_dir_leaves_only_what_was_there(kit):
 ])
 def test_argparse_refusals_name_the_argument(argv, where):
     assert_refused(argv, *where)
+
+
+@pytest.mark.parametrize("args, where", [
+    (["--epochs", "0"], ["--epochs", "expected an integer >= 1, found 0"]),
+    (["--epochs", "two"], ["--epochs", "expected an integer, found 'two'"]),
+    (["--seed", "-1"], ["--seed", "expected an integer >= 0"]),
+    (["--recipes", "open_clip/long_clip"], ["--recipes", "open_clip/long_clip", "'open_clip'"]),
+    (["--recipes", "paragraph/c99"], ["--recipes", "paragraph/c99", "no shipped recipe"]),
+])
+def test_vlr_demo_refuses(args, where, tmp_path):
+    assert_refused(["demo", "--quick", "--out", tmp_path / "demo", *args], *where, leaves=[tmp_path / "demo"])
+
+
+def test_vlr_demo_refuses_an_output_that_is_a_file(tmp_path):
+    (tmp_path / "demo").write_text("mine\n")
+    assert_refused(["demo", "--quick", "--out", tmp_path / "demo"], "--out", "is a file")
+    assert (tmp_path / "demo").read_text() == "mine\n"
