@@ -88,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_launcher,
         check_output_file,
         check_output_folder,
-        check_resume_checkpoint,
+        check_resume,
         check_run_inputs,
         nothing_left_on_failure,
     )
@@ -105,8 +105,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_output_folder(work_dir, "--work-dir")
     if args.dump_config:
         check_output_file(args.dump_config, "--dump-config")
-    if args.resume and args.resume != "auto":
-        check_resume_checkpoint(args.resume, "--resume")
+    if args.resume:
+        check_resume(args.resume, work_dir)
     with third_party_warnings(args.verbose):
         plain = recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher)
         cfg = Config(plain)

@@ -395,3 +395,11 @@ def test_vlr_demo_refuses_an_output_that_is_a_file(tmp_path):
     (tmp_path / "demo").write_text("mine\n")
     assert_refused(["demo", "--quick", "--out", tmp_path / "demo"], "--out", "is a file")
     assert (tmp_path / "demo").read_text() == "mine\n"
+
+
+def test_resume_auto_from_a_damaged_latest_checkpoint_is_refused(kit):
+    kit.work.mkdir()
+    (kit.work / "epoch_2.pth").write_bytes(b"half a checkpoint")
+    (kit.work / "last_checkpoint").write_text(str(kit.work / "epoch_2.pth"))
+    assert_refused(kit.argv(more=("--resume",)), "--resume", "last_checkpoint", "epoch_2.pth")
+    assert sorted(p.name for p in kit.work.iterdir()) == ["epoch_2.pth", "last_checkpoint"]

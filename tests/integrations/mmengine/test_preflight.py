@@ -116,3 +116,17 @@ def test_a_run_that_saved_a_checkpoint_or_hit_a_bug_keeps_its_files(tmp_path):
             (tmp_path / "bug").mkdir()
             1 / 0
     assert (tmp_path / "bug").exists()
+
+
+def test_resume_auto_checks_the_checkpoint_the_work_dir_names(tmp_path):
+    from vlr_plugins.integrations.mmengine.preflight import check_resume
+
+    check_resume("auto", tmp_path / "new")  # nothing to resume: training starts afresh
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "epoch_3.pth").write_bytes(b"cut short")
+    (work / "last_checkpoint").write_text(str(work / "epoch_3.pth"))
+    with pytest.raises(UsageError, match=r"^--resume \(the latest checkpoint, named in .*last_checkpoint\): "):
+        check_resume("auto", work)
+    torch.save({"state_dict": {}, "meta": {}}, work / "epoch_3.pth")
+    check_resume("auto", work)

@@ -28,7 +28,7 @@ from vlr_plugins.integrations.mmengine.dataset import ParagraphTextViewsDataset,
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["RunInputs", "check_run_inputs", "check_output_folder", "check_output_file", "check_resume_checkpoint",
-           "check_launcher", "nothing_left_on_failure"]
+           "check_resume", "check_launcher", "nothing_left_on_failure"]
 
 #: what each MMEngine launcher reads from the environment its launcher sets
 _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.run)"),
@@ -160,6 +160,19 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -
                                  f"{type(e).__name__}: {first}") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
+
+
+def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resume") -> None:
+    """``resume`` is a checkpoint :func:`check_resume_checkpoint` accepts, or ``auto``: the
+    latest checkpoint MMEngine recorded in ``work_dir`` (its ``last_checkpoint`` file), if
+    there is one (without one, training starts afresh, as MMEngine does)."""
+    if resume != "auto":
+        check_resume_checkpoint(resume, option)
+        return
+    last = Path(work_dir) / "last_checkpoint"
+    if last.is_file():
+        recorded = last.read_text(encoding="utf-8").strip()
+        check_resume_checkpoint(recorded, f"{option} (the latest checkpoint, named in {last})")
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
