@@ -50,7 +50,7 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
         raise DataFormatError(spec, "not a checkpoint torch.load(weights_only=True) reads: it holds pickled "
                                     "Python objects, which could run code when loaded, or is no checkpoint at all "
                                     "(`vlr train` writes tensors and plain values only)") from e
-    except (RuntimeError, EOFError, ValueError, OSError) as e:
+    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
         raise DataFormatError(spec, f"not a checkpoint torch.load(weights_only=True) reads: {_gist(e)}") from e
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise DataFormatError(spec, "holds no 'state_dict': not a checkpoint of `vlr train`")

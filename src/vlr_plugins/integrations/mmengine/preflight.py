@@ -154,7 +154,7 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -
         raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: it holds "
                                  "pickled Python objects, which could run code when loaded, or is no checkpoint "
                                  "at all (`vlr train` writes tensors and plain values only)") from None
-    except (RuntimeError, EOFError, ValueError, OSError) as e:
+    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: "
                                  f"{type(e).__name__}: {first}") from None
