@@ -133,7 +133,7 @@ def _csv(kit: Kit) -> Path:
 
 
 def _store_of_width(kit: Kit, dim: int) -> Path:
-    from vlr_plugins.data import EmbeddingStoreWriter, EmbeddingStore
+    from vlr_plugins.data import EmbeddingStore, EmbeddingStoreWriter
 
     ids = list(EmbeddingStore(kit.world["image_embeddings"]).ids)
     out = kit.tmp / f"store{dim}"
@@ -143,7 +143,7 @@ def _store_of_width(kit: Kit, dim: int) -> Path:
 
 
 def _store_without(kit: Kit, missing: int) -> Path:
-    from vlr_plugins.data import EmbeddingStoreWriter, EmbeddingStore
+    from vlr_plugins.data import EmbeddingStore, EmbeddingStoreWriter
 
     src = EmbeddingStore(kit.world["image_embeddings"])
     ids = list(src.ids)[missing:]

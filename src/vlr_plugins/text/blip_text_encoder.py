@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vlr_plugins.errors import ConfigError, ModelLoadError, OFFLINE_DOC, loading_pretrained
+from vlr_plugins.errors import OFFLINE_DOC, ConfigError, ModelLoadError, loading_pretrained
 from vlr_plugins.registry import MODELS
 from vlr_plugins.text.pretrained import check_local_folder, load_tokenizer
 

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.errors import MissingFileError, ModelLoadError, OFFLINE_DOC, loading_pretrained
+from vlr_plugins.errors import OFFLINE_DOC, MissingFileError, ModelLoadError, loading_pretrained
 
 __all__ = ["looks_local", "check_local_folder", "load_tokenizer"]
 

@@ -184,8 +184,8 @@ def recipe_to_mmengine_config(
     n_rank = math.ceil(n / world)
     iters_per_epoch = n_rank // per_rank if t.drop_last else math.ceil(n_rank / per_rank)
     if iters_per_epoch < 1:
-        raise recipe.error("train.batch_size",
-                           f"{n} samples give no full batch of {t.batch_size} (set drop_last: false or a smaller batch)")
+        raise recipe.error("train.batch_size", f"{n} samples give no full batch of {t.batch_size} "
+                                               "(set drop_last: false or a smaller batch)")
     tok, tok_setting = tokenizer_setting(recipe, tokenizer)
     tokenizer_obj = load_tokenizer(tok, tok_setting)
     pad_id = tokenizer_obj.pad_token_id or 0

@@ -24,7 +24,10 @@ from typing import Any
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.errors import MissingFileError, UsageError, UserError
 from vlr_plugins.integrations.mmengine.config import text_encoder_shape
-from vlr_plugins.integrations.mmengine.dataset import ParagraphTextViewsDataset, RetrievalEvalDataset
+from vlr_plugins.integrations.mmengine.dataset import (
+    ParagraphTextViewsDataset,
+    RetrievalEvalDataset,
+)
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["RunInputs", "check_run_inputs", "check_output_folder", "check_output_file", "check_resume_checkpoint",
