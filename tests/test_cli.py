@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,49 @@ def test_dump_config_into_a_missing_folder_is_named(tmp_path, tiny_world, tiny_e
                  tiny_world["image_embeddings"], "--dump-config", str(target)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "absent" in err
+
+
+def test_set_items_nest_and_a_later_one_wins():
+    from vlr_plugins.cli import _parse_set
+
+    assert _parse_set(["train.epochs=2", "data.fraction=0.5", "train.epochs=3", "train.amp=true"]) == {
+        "train": {"epochs": 3, "amp": True}, "data": {"fraction": 0.5}}
+    assert _parse_set(["loss={type: InfoNCELoss}", "loss.temperature=0.1"]) == {
+        "loss": {"type": "InfoNCELoss", "temperature": 0.1}}
+    assert _parse_set(["loss.temperature=0.1", "loss=7"]) == {"loss": 7}
+
+
+@pytest.mark.parametrize("items, words", [
+    (["loss=1", "loss.temperature=2"], "inside loss, which an earlier item set to 1"),
+    (["=2"], "expected KEY=VALUE"),
+    ([".epochs=2"], "expected a dotted key"),
+    (["train. epochs=2"], "expected a dotted key"),
+])
+def test_set_items_that_cannot_be_merged_are_named(items, words):
+    from vlr_plugins.cli import _parse_set
+    from vlr_plugins.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^--set: ") as e:
+        _parse_set(items)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_bad_sample_file_is_the_last_thing_train_prints(verbose, tmp_path, tiny_world, tiny_encoder_cfg):
+    recipe = _recipe(tmp_path, tiny_world, tiny_encoder_cfg)
+    lines = open(tiny_world["train"]).read().splitlines()
+    lines[6] = lines[6].replace('"positives": [', '"positives": 5, "was": [', 1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    work = tmp_path / "work"
+    argv = [sys.executable, "-m", "vlr_plugins.cli", "train", str(recipe), "--train", str(bad),
+            "--image-embeddings", tiny_world["image_embeddings"], "--work-dir", str(work)]
+    out = subprocess.run(argv + (["--verbose"] if verbose else []), capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "VLR_DEBUG"})
+    console = out.stdout + out.stderr
+    assert out.returncode == 2, console[-3000:]
+    last = [line for line in out.stderr.splitlines() if line.strip()][-1]
+    assert last == f"error: {bad}, line 7, field 'positives': expected a list of strings, found int", console
+    # the data is checked before MMEngine starts: no banner, no config, no log folder
+    assert "mmengine" not in console and "System environment" not in console and "Traceback" not in console
+    assert not work.exists()

@@ -16,24 +16,35 @@ from typing import Any
 
 import yaml
 
-from vlr_plugins.errors import MissingFileError, UsageError, UserError, as_user_error, run_cli
+from vlr_plugins.errors import UsageError, UserError, as_user_error, run_cli
 
 __all__ = ["main"]
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``["train.epochs=2", "data.train=x.jsonl"]`` -> nested dict (values parsed as YAML)."""
+    """``["train.epochs=2", "data.train=x.jsonl"]`` -> nested dict (values parsed as YAML).
+
+    A later item wins over an earlier one for the same key; an item may not reach inside a
+    key that an earlier one set to a plain value (``a=1 a.b=2``).
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise UsageError("--set", f"expected KEY=VALUE, found {item!r}")
+            raise UsageError("--set", f"expected KEY=VALUE such as train.epochs=2, found {item!r}")
+        parts = key.split(".")
+        if not all(p and p.strip() == p and " " not in p for p in parts):
+            raise UsageError("--set", f"{item!r}: expected a dotted key such as train.epochs, found {key!r}")
         node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
+        for depth, p in enumerate(parts[:-1]):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                earlier = ".".join(parts[: depth + 1])
+                raise UsageError("--set", f"{item!r} sets a key inside {earlier}, which an earlier item set to "
+                                          f"{node!r}; give one or the other")
         try:
-            node[leaf] = yaml.safe_load(raw)
+            node[parts[-1]] = yaml.safe_load(raw)
         except yaml.YAMLError as e:
             # the message of a MarkedYAMLError spans lines (it quotes the input); keep its gist
             problem = getattr(e, "problem", None) or " ".join(str(e).split())
@@ -70,38 +81,55 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from mmengine.config import Config
-    from mmengine.runner import Runner
 
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
-    from vlr_plugins.recipe import load_recipe
+    from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
+    from vlr_plugins.integrations.mmengine.preflight import (
+        check_launcher,
+        check_output_file,
+        check_output_folder,
+        check_resume,
+        check_run_inputs,
+        nothing_left_on_failure,
+    )
+    from vlr_plugins.recipe import Overrides, load_recipe
 
-    overrides = _parse_set(args.set or [])
-    data = {k: v for k, v in (("train", args.train), ("image_embeddings", args.image_embeddings)) if v}
-    if data:
-        # the flags are leaves under data:, and win over --set data.*=...
-        if not isinstance(overrides.get("data"), dict):
-            overrides["data"] = {}
-        overrides["data"].update(data)
-    recipe = load_recipe(args.recipe, overrides or None)
+    # each value is blamed on where it was given: the file, --set, --train, --image-embeddings
+    layers = [Overrides(_parse_set(args.set or []), "--set")]
+    layers += [Overrides({"data": {key: value}}, option, keyed=False)
+               for key, value, option in (("train", args.train, "--train"),
+                                          ("image_embeddings", args.image_embeddings, "--image-embeddings"))
+               if value]
+    recipe = load_recipe(args.recipe, layers)
     work_dir = args.work_dir or f"work_dirs/{recipe.name}"
-    cfg = Config(recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher))
-    if args.resume:
-        if args.resume != "auto" and not os.path.isfile(args.resume):
-            raise MissingFileError(f"--resume: no checkpoint at {args.resume}")
-        cfg.resume = True
-        cfg.load_from = None if args.resume == "auto" else args.resume
+    check_output_folder(work_dir, "--work-dir")
     if args.dump_config:
-        with as_user_error(OSError):  # a folder that does not exist, or one not writable
+        check_output_file(args.dump_config, "--dump-config")
+    if args.resume:
+        check_resume(args.resume, work_dir)
+    with third_party_warnings(args.verbose):
+        plain = recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher)
+        cfg = Config(plain)
+        if args.resume:
+            cfg.resume = True
+            cfg.load_from = None if args.resume == "auto" else args.resume
+        if args.dump_config:
             cfg.dump(args.dump_config)
-        print(f"wrote {args.dump_config}")
-        return 0
-    runner = Runner.from_cfg(cfg)
-    # the recipe's files were checked above; an embedding store without its index or a
-    # shard is found missing only when read
-    with as_user_error(FileNotFoundError):
-        runner.train()
-        if recipe.eval:
-            runner.test()
+            print(f"wrote {args.dump_config}")
+            return 0
+        check_launcher(args.launcher)
+        inputs = check_run_inputs(recipe, plain)
+        with nothing_left_on_failure(work_dir):
+            runner = build_runner(cfg, verbose=args.verbose)
+            print(f"training {recipe.name} on {inputs.samples} samples for {recipe.train.epochs} epoch(s) in "
+                  f"{work_dir}; full log: {os.path.join(runner.log_dir, runner.timestamp + '.log')}", flush=True)
+            runner.train()
+            if recipe.eval:
+                runner.test()
+    last = os.path.join(work_dir, "last_checkpoint")
+    if os.path.isfile(last):
+        with open(last, encoding="utf-8") as f:
+            print(f"checkpoint: {f.read().strip()}")
     return 0
 
 
@@ -319,9 +347,21 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlr_plugins.demo import DemoConfig, run_demo
+    from vlr_plugins.integrations.mmengine.preflight import check_output_folder
+    from vlr_plugins.recipe import RecipeError, load_recipe
+    from vlr_plugins.registry import MODELS
 
+    check_output_folder(args.out, "--out")
     cfg = DemoConfig(out_dir=args.out, seed=args.seed)
     if args.recipes:
+        for name in args.recipes:  # the demo swaps in its tiny model: the recipe must train a text encoder
+            try:
+                model = load_recipe(name).model["type"]
+            except RecipeError as e:
+                raise UsageError("--recipes", str(e)) from None
+            if model not in MODELS:
+                raise UsageError("--recipes", f"{name} trains {model!r}, not a text encoder the demo can shrink "
+                                              f"({', '.join(MODELS.names())}): use paragraph/* recipes")
         cfg.recipes = tuple(args.recipes)
     if args.quick:
         cfg.num_train, cfg.num_eval, cfg.epochs, cfg.batch_size = 128, 32, 1, 32
@@ -332,6 +372,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(report["table"])
     print(f"report: {args.out}/report.md, {args.out}/report.json" + (f", {report['plot']}" if report["plot"] else ""))
     return 0
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {value}")
+        return value
+
+    return parse
 
 
 def _lavis_launcher():
@@ -412,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--launcher", default="none", choices=["none", "pytorch", "slurm", "mpi"])
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.epochs=2")
     s.add_argument("--dump-config", metavar="PATH", help="write the MMEngine config and exit")
+    s.add_argument("--verbose", action="store_true",
+                   help="show MMEngine's whole console log (environment, config, hooks) and third-party "
+                        "deprecation warnings; by default they go to the run's log file only")
     s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser(
@@ -486,8 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world, offline, on a CPU")
     s.add_argument("--out", default="vlr-demo")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
-    s.add_argument("--epochs", type=int)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--epochs", type=_at_least(1))
+    s.add_argument("--seed", type=_at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     s.set_defaults(fn=cmd_demo)
     return p

@@ -77,12 +77,12 @@ def _untrained_encoder(recipe, seed: int) -> torch.nn.Module:
 def run_demo(cfg: DemoConfig | None = None, *, progress: bool = True) -> dict[str, Any]:
     """Run the demo; returns the report dict (also written under ``cfg.out_dir``)."""
     from mmengine.config import Config
-    from mmengine.runner import Runner
 
     from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
     from vlr_plugins.eval.evaluate import evaluate_splits
     from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
 
     cfg = cfg or DemoConfig()
     out = Path(cfg.out_dir)
@@ -104,8 +104,10 @@ def run_demo(cfg: DemoConfig | None = None, *, progress: bool = True) -> dict[st
         mm_cfg = Config(recipe_to_mmengine_config(recipe, str(work_dir), log_level=cfg.log_level))
         tqdm.write(f"[vlr demo] training {recipe.name}: {recipe.description}")
         start = time.perf_counter()
-        runner = Runner.from_cfg(mm_cfg)
-        runner.train()
+        # the demo shows its own progress; MMEngine's notices stay in each run's log
+        with third_party_warnings():
+            runner = build_runner(mm_cfg, progress=False)
+            runner.train()
         seconds = time.perf_counter() - start
         encoder = runner.model.text_encoder
         results[recipe.name] = evaluate_splits(encoder, tokenizer, splits, progress=progress)

@@ -106,3 +106,35 @@ def test_the_loss_check_names_a_trainer_s_own_keys():
         check_loss_against_views({"type": "InfoNCELoss", "temprature": 1}, two, "run.yaml", loss_key="model.loss")
     with pytest.raises(RecipeError, match=r"^run.yaml: model.loss.type: unknown loss 'Nope'"):
         check_loss_against_views({"type": "Nope"}, two, "run.yaml", loss_key="model.loss")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("name: [unclosed\n", "not valid YAML: line 2"),
+        (b"name: caf\xe9\n", "not UTF-8"),
+        ("- a\n- b\n", "expected a mapping at top level"),
+    ],
+)
+def test_a_file_that_is_no_recipe_is_one_line(tmp_path, text, words):
+    p = tmp_path / "r.yaml"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    assert str(e.value).startswith(f"{p}: ") and words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("train, key, words", [
+    ("{lr: 0}", "train.lr", "expected > 0"),
+    ("{weight_decay: -0.1}", "train.weight_decay", "expected >= 0"),
+    ("{warmup_start_factor: 0}", "train.warmup_start_factor", "0 < factor <= 1"),
+    ("{betas: [1.5, 0.999]}", "train.betas[0]", "0 <= beta < 1"),
+    ("{max_keep_checkpoints: 0}", "train.max_keep_checkpoints", "-1 to keep all"),
+    ("{lr: 0.001, min_lr: 0.01}", "train.min_lr", "above train.lr"),
+    ("{num_workers: -2}", "train.num_workers", "expected >= 0"),
+])
+def test_optimisation_values_a_trainer_would_refuse_are_named(tmp_path, train, key, words):
+    p = write(tmp_path, "train.yaml", BASE + f"train: {train}\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    assert str(e.value).startswith(f"{p}: {key}: ") and words in str(e.value)

@@ -167,3 +167,34 @@ def test_importing_the_text_package_does_not_import_transformers():
         env={**os.environ, "PYTHONPATH": str(src)},
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_describe_tells_what_the_arguments_build_without_weights(blip_dir):
+    from vlr_plugins.text.blip_text_encoder import TextEncoderShape
+
+    for kwargs in ({"pretrained": str(blip_dir)}, {"config": TINY_TEXT, "embed_dim": 24}):
+        enc = BlipTextEncoder(**kwargs)
+        shape = BlipTextEncoder.describe(**kwargs)
+        assert shape == TextEncoderShape(enc.max_positions, enc.embed_dim, enc.text_encoder.config.vocab_size)
+
+
+def test_describe_names_what_cannot_be_built(tmp_path, monkeypatch):
+    from vlr_plugins.errors import ConfigError, MissingFileError, ModelLoadError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="not a multiple of num_attention_heads 5"):
+        BlipTextEncoder.describe(config={**TINY_TEXT, "num_attention_heads": 5})
+    with pytest.raises(ModelLoadError, match=r"^my.yaml: model.pretrained: cannot load 'someone/no-blip'"):
+        BlipTextEncoder.describe(pretrained="someone/no-blip", setting="my.yaml: model.pretrained")
+    with pytest.raises(MissingFileError, match="no such folder"):
+        BlipTextEncoder.describe(pretrained=str(tmp_path / "absent"))
+    with pytest.raises(ModelLoadError, match="holds no config.json"):
+        BlipTextEncoder.describe(pretrained=str(tmp_path))
+
+
+def test_a_pretrained_model_that_cannot_be_had_names_model_pretrained(monkeypatch):
+    from vlr_plugins.errors import ModelLoadError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match=r"^model.pretrained: cannot load 'someone/no-blip'"):
+        BlipTextEncoder(pretrained="someone/no-blip")

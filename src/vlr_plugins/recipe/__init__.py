@@ -4,23 +4,35 @@ A recipe says *what* is trained (model, text views, loss, hyperparameters); the
 MMEngine, LAVIS and open_clip integrations each translate the same recipe into their
 own configs. The format is documented in ``docs/recipes.md``.
 
-Loading is strict: an unknown key, a text field that training samples do not have,
-a view without a token budget, or a loss that cannot consume the views is an error
-naming the file and the dotted key (``RecipeError``).
+Loading is strict: an unknown key, a value of the wrong type, a text field that
+training samples do not have, a view without a token budget, a loss argument the loss
+refuses (``temperature: 0``), or a loss that cannot consume the views is an error naming
+where the value was written -- the file, a ``_base_``, an option such as ``--set`` --
+and the dotted key (``RecipeError``).
 
 * :mod:`~vlr_plugins.recipe.schema` -- what a recipe holds (dataclasses);
 * :mod:`~vlr_plugins.recipe.loading` -- YAML files, ``_base_`` chains, shipped recipes by name;
-* :mod:`~vlr_plugins.recipe.validation` -- the checks, including
-  :func:`check_loss_against_views`, which the trainers' own config formats reuse.
+* :mod:`~vlr_plugins.recipe.overrides` -- values given outside the file (``--set``), and
+  where every value came from, so that errors blame the place a user can fix;
+* :mod:`~vlr_plugins.recipe.validation` -- the checks of keys, views and values;
+* :mod:`~vlr_plugins.recipe.arguments` -- the loss and model arguments against their
+  constructors, including :func:`check_loss_against_views`, which the trainers' own
+  config formats reuse;
+* :mod:`~vlr_plugins.recipe.values` -- a value against its type annotation.
 """
 
-from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.arguments import check_loss_against_views
+from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.loading import find_recipe, list_recipes, load_recipe, recipe_dirs
+from vlr_plugins.recipe.overrides import Overrides, ValueSources
 from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
-from vlr_plugins.recipe.validation import build_text_views, check_loss_against_views, recipe_from_dict
+from vlr_plugins.recipe.validation import build_text_views, recipe_from_dict
 
 __all__ = [
     "RecipeError",
+    "Source",
+    "Overrides",
+    "ValueSources",
     "TextView",
     "TextViews",
     "DataSpec",

@@ -3,39 +3,52 @@
 A file may start from others with ``_base_: other.yaml`` (a path relative to the
 file, or a list of them); mappings are merged key by key, lists and scalars replace.
 Each file is checked against the schema on its own, so an unknown key names the file
-it was written in.
+it was written in; an invalid value names the file, ``_base_`` or option
+(:class:`~vlr_plugins.recipe.Overrides`) that wrote it.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from vlr_plugins._shipped import shipped_dirs
-from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.errors import RecipeError, Source
+from vlr_plugins.recipe.overrides import Overrides, ValueSources
 from vlr_plugins.recipe.schema import Recipe
 from vlr_plugins.recipe.validation import SCHEMA, check_keys, recipe_from_dict
 
 __all__ = ["load_recipe", "recipe_dirs", "list_recipes", "find_recipe"]
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path, shown: Path) -> dict[str, Any]:
+    """The mapping in ``path``; errors name it as ``shown``."""
     try:
         with open(path, encoding="utf-8") as f:
             raw = yaml.safe_load(f)
     except FileNotFoundError:
-        raise RecipeError(path, "", "file not found") from None
+        raise RecipeError(shown, "", "file not found") from None
+    except IsADirectoryError:
+        raise RecipeError(shown, "", "is a folder, expected a recipe YAML file") from None
+    except UnicodeDecodeError as e:
+        raise RecipeError(shown, "", f"not UTF-8 text (byte {e.start}): expected a recipe YAML file") from None
     except yaml.YAMLError as e:
-        raise RecipeError(path, "", f"not valid YAML: {e}") from None
+        # a MarkedYAMLError's text spans lines (it quotes the input): keep its gist and position
+        mark = getattr(e, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise RecipeError(shown, "", f"not valid YAML: {at}{problem}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise RecipeError(path, "", f"expected a mapping at top level, found {type(raw).__name__}")
+        raise RecipeError(shown, "", f"expected a mapping at top level, found {type(raw).__name__}")
     return raw
 
 
@@ -49,39 +62,76 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], list[Path]]:
+def _load_with_bases(path: Path, sources: ValueSources,
+                     seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], list[Path]]:
+    """The merged mapping of ``path`` and its ``_base_`` chain; ``sources`` records, in merge
+    order, which file wrote each key."""
+    shown = path if not seen else path.resolve()  # the top file as the user wrote it
     path = path.resolve()
     if path in seen:
         chain = " -> ".join(str(p) for p in (*seen, path))
         raise RecipeError(path, "_base_", f"circular _base_ chain: {chain}")
-    raw = _read_yaml(path)
+    raw = _read_yaml(path, shown)
     bases = raw.pop("_base_", [])
     bases = [bases] if isinstance(bases, str) else bases
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise RecipeError(path, "_base_", "expected a path or a list of paths")
+        raise RecipeError(shown, "_base_", "expected a path or a list of paths")
     # every file is checked against the schema on its own, so an unknown key names
     # the file it was written in, not the file that inherits it
-    check_keys(raw, SCHEMA, path, "")
+    check_keys(raw, SCHEMA, shown, "")
     merged: dict[str, Any] = {}
     files: list[Path] = []
     for b in bases:
-        sub, sub_files = _load_with_bases(path.parent / b, (*seen, path))
+        if not (path.parent / b).is_file():
+            raise RecipeError(shown, "_base_", f"no such file: {path.parent / b}")
+        sub, sub_files = _load_with_bases(path.parent / b, sources, (*seen, path))
         merged = _merge(merged, sub)
         files += sub_files
+    sources.record(raw, Source(str(shown)))
     return _merge(merged, raw), [*files, path]
 
 
-def load_recipe(path_or_name: str | os.PathLike, overrides: dict[str, Any] | None = None) -> Recipe:
+def _layers(overrides: Mapping[str, Any] | Overrides | Sequence[Overrides] | None) -> list[Overrides]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, Overrides):
+        return [overrides]
+    if isinstance(overrides, Mapping):
+        return [Overrides(overrides)]
+    return list(overrides)
+
+
+def load_recipe(
+    path_or_name: str | os.PathLike,
+    overrides: Mapping[str, Any] | Overrides | Sequence[Overrides] | None = None,
+) -> Recipe:
     """Load and validate a recipe file (or a shipped recipe by name, e.g. ``paragraph/c5``).
 
-    ``overrides`` is a nested mapping merged on top before validation.
+    ``overrides`` are merged on top before validation, in order: a nested mapping, or
+    :class:`~vlr_plugins.recipe.Overrides` that also say where the values came from
+    (``--set``), so that an unknown key or an invalid value is blamed on them rather
+    than on the file. Errors are :class:`RecipeError` naming where the value was
+    written and the dotted key.
     """
     path = find_recipe(path_or_name)
-    raw, _ = _load_with_bases(path)
-    if overrides:
-        check_keys(overrides, SCHEMA, Path("<overrides>"), "")
-        raw = _merge(raw, overrides)
-    return recipe_from_dict(raw, path)
+    sources = ValueSources(Source(str(path)))
+    raw, _ = _load_with_bases(path, sources)
+    for layer in _layers(overrides):
+        where = layer.as_source
+        if not isinstance(layer.values, Mapping):
+            raise RecipeError(where, "", f"expected a mapping of recipe keys, found {type(layer.values).__name__}")
+        check_keys(dict(layer.values), SCHEMA, where, "")
+        raw = _merge(raw, dict(layer.values))
+        sources.record(layer.values, where)
+    try:
+        recipe = recipe_from_dict(raw, path)
+    except RecipeError as e:
+        # validation names the recipe file; the value may have been written elsewhere
+        blamed = sources.of(e.key)
+        if blamed == e.source or e.source.name != str(path):
+            raise
+        raise RecipeError(blamed, e.key, e.message) from None
+    return recipe.replace(sources=sources)
 
 
 def recipe_dirs() -> list[Path]:
@@ -113,5 +163,7 @@ def find_recipe(path_or_name: str | os.PathLike) -> Path:
     known = list_recipes()
     if str(path_or_name) in known:
         return known[str(path_or_name)]
-    raise RecipeError(p, "", f"no such file, and no shipped recipe of that name "
-                             f"(shipped: {', '.join(known) or 'none'})")
+    close = difflib.get_close_matches(str(path_or_name), list(known), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise RecipeError(p, "", f"no such file, and no shipped recipe of that name ({hint}`vlr list recipes` "
+                             "shows them)")

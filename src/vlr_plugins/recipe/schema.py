@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vlr_plugins.data.text_views import TextView, TextViews
+from vlr_plugins.recipe.errors import RecipeError, Source
+from vlr_plugins.recipe.overrides import ValueSources
 
 __all__ = ["TextView", "TextViews", "DataSpec", "EvalSplit", "TrainSpec", "Recipe"]
 
@@ -64,7 +66,8 @@ class TrainSpec:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A validated recipe; ``source`` is the file it came from."""
+    """A validated recipe; ``source`` is the file it came from, ``sources`` where each value
+    was written (the file, a ``_base_``, an option such as ``--set``), for :meth:`error`."""
 
     name: str
     text_views: TextViews
@@ -77,11 +80,27 @@ class Recipe:
     train: TrainSpec = field(default_factory=TrainSpec)
     eval: tuple[EvalSplit, ...] = ()
     source: str | None = None
+    sources: ValueSources | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("source")
+        d.pop("sources")
         return d
+
+    def where(self, key: str) -> str:
+        """Where ``key``'s value was written: ``recipes/my.yaml: train.epochs``,
+        ``--set train.epochs``, ``--train``."""
+        return self._sources.where(key)
+
+    def error(self, key: str, message: str) -> RecipeError:
+        """A :class:`RecipeError` about ``key``, naming where its value was written; for checks
+        made after loading (by a trainer's integration) against the data or the model."""
+        return self._sources.error(key, message)
+
+    @property
+    def _sources(self) -> ValueSources:
+        return self.sources or ValueSources(Source(self.source or "<recipe>"))
 
     def replace(self, **changes: Any) -> Recipe:
         return dataclasses.replace(self, **changes)

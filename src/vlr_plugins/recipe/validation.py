@@ -1,5 +1,7 @@
-"""Recipe validation: every key known, every value of its type, views buildable, the loss
-able to consume the views; errors name the file and the dotted key (:class:`RecipeError`).
+"""Recipe validation: every key known, every value of its type and range, views buildable,
+the loss and model arguments acceptable to their constructors and the loss able to consume
+the views (:mod:`~vlr_plugins.recipe.arguments`); errors name the file and the dotted key
+(:class:`RecipeError`).
 """
 
 from __future__ import annotations
@@ -7,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import types
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from vlr_plugins.data.sample import TEXT_FIELDS
-from vlr_plugins.recipe.errors import RecipeError
+from vlr_plugins.recipe.arguments import check_loss_against_views, check_model_arguments
+from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
+from vlr_plugins.recipe.values import typed_value
 
 __all__ = ["SCHEMA", "check_keys", "build_text_views", "check_loss_against_views", "recipe_from_dict"]
 
@@ -34,7 +36,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def check_keys(raw: dict[str, Any], schema: dict[str, Any], path: Path, prefix: str) -> None:
+def check_keys(raw: dict[str, Any], schema: dict[str, Any], path: Path | Source, prefix: str) -> None:
     """Raise :class:`RecipeError` for the first key of ``raw`` that ``schema`` does not allow."""
     for k, v in raw.items():
         key = f"{prefix}{k}"
@@ -72,42 +74,6 @@ def _check_view_keys(view: dict[str, Any], path: Path | str, key: str) -> None:
             raise RecipeError(path, f"{key}.{vk}", f"unknown key (allowed: {', '.join(sorted(_VIEW_KEYS))})")
 
 
-def _typed(path: Path, key: str, value: Any, typ: Any) -> Any:
-    """Check ``value`` against a simple annotation (int/float/bool/str/Optional/Literal)."""
-    origin = typing.get_origin(typ)
-    args = typing.get_args(typ)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _typed(path, key, value, inner[0])
-    if origin is Literal:
-        if value not in args:
-            raise RecipeError(path, key, f"expected one of {list(args)}, found {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise RecipeError(path, key, f"expected a list of {len(args)} numbers, found {value!r}")
-        return tuple(_typed(path, f"{key}[{i}]", x, a) for i, (x, a) in enumerate(zip(value, args)))
-    if typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RecipeError(path, key, f"expected a number, found {value!r}")
-        return float(value)
-    if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise RecipeError(path, key, f"expected an integer, found {value!r}")
-        return value
-    if typ is bool:
-        if not isinstance(value, bool):
-            raise RecipeError(path, key, f"expected true or false, found {value!r}")
-        return value
-    if typ is str:
-        if not isinstance(value, str):
-            raise RecipeError(path, key, f"expected a string, found {value!r}")
-        return value
-    return value
-
-
 def _build(cls: type, raw: dict[str, Any], path: Path | str, prefix: str,
            checked: dict[str, Any] | None = None) -> Any:
     """``cls(**raw)`` with every value type-checked; ``checked`` values are taken as they are."""
@@ -119,7 +85,7 @@ def _build(cls: type, raw: dict[str, Any], path: Path | str, prefix: str,
         if f.name in kwargs:
             continue
         if f.name in raw:
-            kwargs[f.name] = _typed(path, key, raw[f.name], resolved.get(f.name, hints[f.name]))
+            kwargs[f.name] = typed_value(path, key, raw[f.name], resolved.get(f.name, hints[f.name]))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecipeError(path, key, "missing (required)")
     return cls(**kwargs)
@@ -180,41 +146,31 @@ def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "t
     )
 
 
-def check_loss_against_views(
-    loss: dict[str, Any],
-    views: TextViews,
-    path: str | os.PathLike | None,
-    *,
-    loss_key: str = "loss",
-    views_key: str = "text_views",
-) -> None:
-    """Check that ``loss`` (``{type: <registered loss>, ...arguments}``) names a registered
-    loss, passes it only arguments it takes, and can consume what ``views`` give (one
-    positive per sample for a single-positive loss; hard negatives exactly when the loss
-    takes them). Errors are :class:`RecipeError` naming ``path`` and ``loss_key`` /
-    ``views_key`` (a trainer's own config keys, e.g. ``model.loss`` in a LAVIS config)."""
-    from vlr_plugins.registry import LOSSES
+#: train.<key> -> (lowest allowed, whether the lowest is allowed, what that reads as)
+_TRAIN_RANGES: dict[str, tuple[float, bool, str]] = {
+    "batch_size": (1, True, ">= 1"), "epochs": (1, True, ">= 1"), "lr": (0, False, "> 0"),
+    "weight_decay": (0, True, ">= 0"), "warmup_steps": (0, True, ">= 0"), "min_lr": (0, True, ">= 0"),
+    "num_workers": (0, True, ">= 0"), "checkpoint_interval": (1, True, ">= 1"),
+    "max_keep_checkpoints": (-1, True, ">= 1, or -1 to keep all"), "log_interval": (1, True, ">= 1"),
+}
 
-    if not isinstance(loss, dict) or "type" not in loss:
-        raise RecipeError(path, f"{loss_key}.type", "missing: name a registered loss (vlr list losses)")
-    if loss["type"] not in LOSSES:
-        raise RecipeError(path, f"{loss_key}.type",
-                          f"unknown loss {loss['type']!r}; registered: {', '.join(LOSSES.names())}")
-    cls = LOSSES.get(loss["type"])
-    params = inspect.signature(cls).parameters
-    for k in loss:
-        if k != "type" and k not in params:
-            raise RecipeError(path, f"{loss_key}.{k}",
-                              f"{loss['type']} takes no argument {k!r} (it takes: {', '.join(params)})")
-    if getattr(cls, "single_positive", False) and views.max_positives != 1:
-        raise RecipeError(path, f"{views_key}.positives",
-                          f"{loss['type']} expects exactly one positive per image; these views give "
-                          f"{views.max_positives or 'several'} (use MultiPositiveInfoNCELoss)")
-    if getattr(cls, "requires_negatives", False) and not views.negatives:
-        raise RecipeError(path, f"{views_key}.negatives", f"{loss['type']} needs hard-negative views")
-    if views.negatives and not getattr(cls, "accepts_negatives", False):
-        raise RecipeError(path, f"{views_key}.negatives",
-                          f"{loss['type']} ignores hard negatives; use HardNegativeInfoNCELoss")
+
+def _check_train(train: TrainSpec, path: Path) -> None:
+    """Optimisation values a trainer would refuse only once it runs (AdamW's lr, betas...)."""
+    for k, (low, inclusive, expected) in _TRAIN_RANGES.items():
+        value = getattr(train, k)
+        if value < low or (value == low and not inclusive) or (k == "max_keep_checkpoints" and value == 0):
+            raise RecipeError(path, f"train.{k}", f"expected {expected}, found {value}")
+    if not 0 < train.warmup_start_factor <= 1:
+        raise RecipeError(path, "train.warmup_start_factor",
+                          f"expected 0 < factor <= 1, found {train.warmup_start_factor}")
+    for i, b in enumerate(train.betas):
+        if not 0 <= b < 1:
+            raise RecipeError(path, f"train.betas[{i}]", f"expected 0 <= beta < 1, found {b}")
+    if train.grad_clip is not None and not train.grad_clip > 0:
+        raise RecipeError(path, "train.grad_clip", f"expected > 0 (or null for no clipping), found {train.grad_clip}")
+    if train.min_lr > train.lr:
+        raise RecipeError(path, "train.min_lr", f"{train.min_lr} is above train.lr {train.lr}")
 
 
 def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None) -> Recipe:
@@ -228,19 +184,18 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     check_loss_against_views(raw["loss"], views, p)
     if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
         raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")
+    check_model_arguments(raw["model"], p)
     data = _build(DataSpec, raw.get("data") or {}, p, "data.")
     if not 0.0 < data.fraction <= 1.0:
         raise RecipeError(p, "data.fraction", f"expected 0 < fraction <= 1, found {data.fraction}")
     train = _build(TrainSpec, raw.get("train") or {}, p, "train.")
-    for k in ("batch_size", "epochs"):
-        if getattr(train, k) < 1:
-            raise RecipeError(p, f"train.{k}", f"expected >= 1, found {getattr(train, k)}")
+    _check_train(train, p)
     splits = tuple(_build(EvalSplit, s, p, f"eval[{i}].") for i, s in enumerate(raw.get("eval") or []))
     return Recipe(
-        name=_typed(p, "name", raw["name"], str),
-        description=_typed(p, "description", raw.get("description", ""), str),
-        reading=_typed(p, "reading", raw.get("reading", ""), str),
-        paper=_typed(p, "paper", raw.get("paper", ""), str),
+        name=typed_value(p, "name", raw["name"], str),
+        description=typed_value(p, "description", raw.get("description", ""), str),
+        reading=typed_value(p, "reading", raw.get("reading", ""), str),
+        paper=typed_value(p, "paper", raw.get("paper", ""), str),
         text_views=views,
         loss=dict(raw["loss"]),
         model=dict(raw["model"]),

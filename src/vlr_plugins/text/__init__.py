@@ -20,6 +20,7 @@ __all__ = [
     "extend_text_context",
     "freeze_leading_rows",
     "load_text_encoder",
+    "load_tokenizer",
     "stretch_positional_embedding",
     "tokenizer_for_length",
     "words_of",
@@ -27,6 +28,7 @@ __all__ = [
 
 _LAZY = {
     "build_wordpiece_tokenizer": "vlr_plugins.text.tokenizer",
+    "load_tokenizer": "vlr_plugins.text.pretrained",
     "words_of": "vlr_plugins.text.tokenizer",
 }
 

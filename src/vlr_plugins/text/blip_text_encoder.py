@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vlr_plugins.errors import OFFLINE_DOC, ConfigError, ModelLoadError, loading_pretrained
 from vlr_plugins.registry import MODELS
+from vlr_plugins.text.pretrained import check_local_folder, load_tokenizer
 
-__all__ = ["BlipTextEncoder"]
+__all__ = ["BlipTextEncoder", "TextEncoderShape"]
+
+
+@dataclass(frozen=True)
+class TextEncoderShape:
+    """What a text encoder's arguments build, known without building it: its position
+    table (the longest text it takes, special tokens included), its output width and its
+    vocabulary size."""
+
+    max_positions: int
+    embed_dim: int
+    vocab_size: int
 
 
 @MODELS.register
@@ -52,7 +67,9 @@ class BlipTextEncoder(nn.Module):
         if (pretrained is None) == (config is None):
             raise ValueError("BlipTextEncoder needs exactly one of pretrained= or config=")
         if pretrained is not None:
-            full = BlipForImageTextRetrieval.from_pretrained(pretrained, revision=revision)
+            check_local_folder(pretrained, "model.pretrained")
+            with loading_pretrained(pretrained, "model.pretrained"):
+                full = BlipForImageTextRetrieval.from_pretrained(pretrained, revision=revision)
             self.text_encoder = full.text_encoder
             self.text_proj = full.text_proj
             del full
@@ -68,6 +85,47 @@ class BlipTextEncoder(nn.Module):
                 param.requires_grad_(False)
         self.pretrained = pretrained
         self.tokenizer_path = tokenizer or pretrained
+
+    @classmethod
+    def describe(
+        cls,
+        pretrained: str | None = None,
+        config: dict[str, Any] | None = None,
+        embed_dim: int = 256,
+        tokenizer: str | None = None,
+        revision: str | None = None,
+        *,
+        setting: str = "model.pretrained",
+    ) -> TextEncoderShape:
+        """The :class:`TextEncoderShape` these arguments build, reading only the model's
+        ``config.json`` (a pretrained model: cached, local or downloaded; no weights) or the
+        given ``config``; for checks before training (budgets against positions, the image
+        store's width against ``embed_dim``, the tokenizer against the vocabulary).
+
+        Raises :class:`~vlr_plugins.errors.ModelLoadError` naming ``setting`` when the
+        pretrained config cannot be had, ``ValueError`` for arguments no encoder is built from.
+        """
+        from transformers import BlipConfig, BlipTextConfig
+
+        if (pretrained is None) == (config is None):
+            raise ValueError("BlipTextEncoder needs exactly one of pretrained= or config=")
+        if pretrained is not None:
+            check_local_folder(pretrained, setting)
+            if os.path.isdir(pretrained) and not os.path.isfile(os.path.join(pretrained, "config.json")):
+                raise ModelLoadError(f"{setting}: {pretrained} holds no config.json (save a model there with "
+                                     f"save_pretrained, or name a Hub id); see {OFFLINE_DOC}")
+            with loading_pretrained(pretrained, setting):
+                full = BlipConfig.from_pretrained(pretrained, revision=revision)
+            text = full.text_config
+            return TextEncoderShape(text.max_position_embeddings, full.image_text_hidden_size, text.vocab_size)
+        try:
+            text = BlipTextConfig(**config)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"not a BlipTextConfig: {e}") from e
+        if text.hidden_size % text.num_attention_heads:
+            raise ConfigError(f"hidden_size {text.hidden_size} is not a multiple of num_attention_heads "
+                              f"{text.num_attention_heads}")
+        return TextEncoderShape(text.max_position_embeddings, embed_dim, text.vocab_size)
 
     @property
     def embed_dim(self) -> int:
@@ -94,11 +152,9 @@ class BlipTextEncoder(nn.Module):
 
     def load_tokenizer(self):
         """The tokenizer this encoder was trained with (``AutoTokenizer``; local files first)."""
-        from transformers import AutoTokenizer
-
         if self.tokenizer_path is None:
             raise ValueError("this BlipTextEncoder was built from a config without tokenizer=")
-        return AutoTokenizer.from_pretrained(self.tokenizer_path)
+        return load_tokenizer(self.tokenizer_path, "model.tokenizer")
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """input_ids, attention_mask: (N, L) -> (N, embed_dim), unit norm."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import torch
 
+from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import MissingFileError
 from vlr_plugins.registry import MODELS
 
 __all__ = ["load_text_encoder"]
@@ -13,27 +16,52 @@ __all__ = ["load_text_encoder"]
 _PREFIX = "text_encoder."
 
 
-def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu") -> torch.nn.Module:
+def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
+                      setting: str | None = None) -> torch.nn.Module:
     """``blip:<hub name or folder>`` -> BLIP's pretrained text side (BLIP0 in the paper);
     a ``.pth`` path -> the text encoder of a ``vlr train`` (MMEngine) checkpoint.
 
     Checkpoints are read with ``torch.load(weights_only=True)``; the architecture comes
     from ``meta['vlr_text_encoder']`` (written by ``WeightsOnlyCheckpointHook``), never
     from executing the config text stored beside it.
+
+    Errors name ``setting`` (the option that gave ``spec``, e.g. ``--model``; default: the
+    spec itself): :class:`~vlr_plugins.errors.MissingFileError` for a checkpoint that is not
+    there, :class:`~vlr_plugins.data.DataFormatError` (a ``ValueError``) for a file that is
+    no `vlr train` checkpoint, :class:`~vlr_plugins.errors.ModelLoadError` for a BLIP model
+    that cannot be loaded (offline, no such id or folder).
     """
     spec = str(spec)
     if spec.startswith("blip:"):
-        return MODELS.build({"type": "BlipTextEncoder", "pretrained": spec[len("blip:"):]})
+        from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
+
+        name = spec[len("blip:"):]
+        # the config first (no weights): a model that cannot be had is named with the
+        # option that chose it, not with the encoder's own model.pretrained
+        BlipTextEncoder.describe(pretrained=name, setting=setting or spec)
+        return MODELS.build({"type": "BlipTextEncoder", "pretrained": name})
+    where = setting or spec
     if not os.path.isfile(spec):
-        raise FileNotFoundError(f"no checkpoint at {spec} (give a .pth file of `vlr train`, or blip:<name>)")
-    ckpt = torch.load(spec, map_location=map_location, weights_only=True)
+        what = "is a folder" if os.path.isdir(spec) else "no such file"
+        raise MissingFileError(f"{where}: {what}: {spec} (give a .pth file of `vlr train`, or blip:<name>)")
+    try:
+        ckpt = torch.load(spec, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise DataFormatError(spec, "not a checkpoint torch.load(weights_only=True) reads: it holds pickled "
+                                    "Python objects, which could run code when loaded, or is no checkpoint at all "
+                                    "(`vlr train` writes tensors and plain values only)") from e
+    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
+        raise DataFormatError(spec, f"not a checkpoint torch.load(weights_only=True) reads: {_gist(e)}") from e
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise DataFormatError(spec, "holds no 'state_dict': not a checkpoint of `vlr train`")
     arch = (ckpt.get("meta") or {}).get("vlr_text_encoder")
     if arch is None:
-        raise ValueError(f"{spec}: meta['vlr_text_encoder'] is missing; the checkpoint was not written by "
-                         "`vlr train` (WeightsOnlyCheckpointHook), so its text encoder cannot be rebuilt")
+        raise DataFormatError(spec, "meta['vlr_text_encoder'] is missing; the checkpoint was not written by "
+                                    "`vlr train` (WeightsOnlyCheckpointHook), so its text encoder cannot be "
+                                    "rebuilt")
     state = {k[len(_PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(_PREFIX)}
     if not state:
-        raise ValueError(f"{spec}: state_dict holds no '{_PREFIX}*' weights")
+        raise DataFormatError(spec, f"state_dict holds no '{_PREFIX}*' weights")
     encoder = MODELS.build(arch)
     # position ids are arange buffers, persistent in transformers 4.x and not in 5.x:
     # checkpoints carry none, so either version loads them
@@ -41,3 +69,9 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu") -> 
     state |= {k: v for k, v in own.items() if k.endswith("position_ids") and k not in state}
     encoder.load_state_dict(state)
     return encoder.eval()
+
+
+def _gist(e: BaseException) -> str:
+    """The first line of an exception's message (torch's unpickling errors span a page)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]

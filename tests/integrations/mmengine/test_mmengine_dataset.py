@@ -107,3 +107,32 @@ def test_eval_dataset_keeps_every_text_of_an_item(tiny_world):
     first = json.loads(open(tiny_world["eval_short"]).readline())
     item = ds[0]
     assert item["id"] == first["id"] and item["split"] == "short" and len(item["pos"]) == len(first["texts"])
+
+
+def _store_copy(tiny_world, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    store = tmp_path / "store"
+    shutil.copytree(Path(tiny_world["image_embeddings"]), store)
+    return store, next(store.glob("*.safetensors"))
+
+
+def test_a_damaged_shard_stops_construction_naming_it(tiny_world, tmp_path):
+    store, shard = _store_copy(tiny_world, tmp_path)
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 64])
+    with pytest.raises(DataFormatError, match=rf"^{shard}: "):
+        dataset(tiny_world, image_embeddings=str(store))
+    shard.unlink()
+    with pytest.raises(DataFormatError, match=rf"^{shard}: missing"):
+        dataset(tiny_world, image_embeddings=str(store))
+
+
+def test_samples_that_are_not_utf8_are_named_by_line(tiny_world, tmp_path):
+    lines = open(tiny_world["train"], "rb").read().splitlines()
+    lines[4] = lines[4].replace(b'"caption": "', b'"caption": "\xff', 1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataFormatError, match=r"bad.jsonl, line 5: not UTF-8 text"):
+        dataset(tiny_world, ann_file=str(bad))

@@ -1,7 +1,16 @@
-"""Recipe -> MMEngine config: the only place that knows both formats."""
+"""Recipe -> MMEngine config: the only place that knows both formats.
+
+Everything the config alone can tell is checked here, before any Runner exists: the
+model is a registered text encoder, the data files exist, the batch splits over the
+processes, the tokenizer loads, and the text encoder -- described from its config, no
+weights read -- takes every view's token budget and the tokenizer's vocabulary. Each
+error names where the value was written (the recipe file, a ``_base_``, ``--set``,
+``--train``...).
+"""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 import os
@@ -9,17 +18,31 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.recipe import Recipe, RecipeError
+from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import ConfigError
+from vlr_plugins.recipe import Recipe
 
-__all__ = ["recipe_to_mmengine_config", "count_samples"]
+__all__ = ["recipe_to_mmengine_config", "count_samples", "text_encoder_shape", "tokenizer_setting"]
 
 
 def count_samples(path: str) -> int:
-    """Number of training records without parsing them (JSON Lines or Parquet)."""
-    if path.endswith(".parquet"):
+    """Number of training records without validating them (JSON Lines, Parquet, CSV/TSV)."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowException, OSError) as e:
+            raise DataFormatError(path, f"not a readable Parquet file: {e}") from e
+    if suffix in (".csv", ".tsv"):
+        # rows, not lines: a header line, and quoted cells may span lines
+        try:
+            with open(path, encoding="utf-8-sig", newline="") as f:
+                return max(0, sum(1 for _ in csv.reader(f, delimiter="\t" if suffix == ".tsv" else ",")) - 1)
+        except (UnicodeDecodeError, csv.Error):
+            return 0  # the reader reports where, when the samples are read
     with open(path, "rb") as f:
         return sum(1 for line in f if line.strip())
 
@@ -28,12 +51,76 @@ def _views(views) -> list[dict]:
     return [dataclasses.asdict(v) for v in views]
 
 
-def _tokenizer_of(recipe: Recipe, override: str | None) -> str:
-    tok = override or recipe.model.get("tokenizer") or recipe.model.get("pretrained")
-    if not tok:
-        raise RecipeError(recipe.source, "model.tokenizer",
-                          "missing: the model is built from a config, so name its tokenizer folder")
-    return tok
+def tokenizer_setting(recipe: Recipe, override: str | None) -> tuple[str, str]:
+    """``(tokenizer name, where it was set)``: ``--tokenizer``, else ``model.tokenizer``,
+    else the pretrained model's own (``model.pretrained``)."""
+    if override:
+        return override, "--tokenizer"
+    for key in ("tokenizer", "pretrained"):
+        if recipe.model.get(key):
+            return recipe.model[key], recipe.where(f"model.{key}")
+    raise recipe.error("model.tokenizer", "missing: the model is built from a config, so name its tokenizer "
+                                          "folder (or pass --tokenizer)")
+
+
+def _special_ids(model_cfg: dict[str, Any], tokenizer: Any, recipe: Recipe) -> dict[str, Any]:
+    """A random-init encoder's ``config`` with the special-token ids the recipe leaves out
+    taken from the tokenizer, so that they lie in its vocabulary (BLIP's defaults are
+    bert-base's: ``bos_token_id`` 30522...); ids the recipe gives must lie in it too."""
+    config = model_cfg.get("config")
+    if not isinstance(config, dict):
+        return model_cfg
+    config = dict(config)
+    ids = {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
+           "sep_token_id": tokenizer.sep_token_id}
+    for key, value in ids.items():
+        if key not in config and value is not None:
+            config[key] = value
+    vocab = config.get("vocab_size")
+    if isinstance(vocab, int):
+        for key in (*ids, "eos_token_id"):
+            value = config.get(key)
+            if isinstance(value, int) and not 0 <= value < vocab:
+                raise recipe.error(f"model.config.{key}", f"{value} is outside the vocabulary "
+                                                          f"(vocab_size {vocab}); leave it out to take the "
+                                                          "tokenizer's")
+    return {**model_cfg, "config": config}
+
+
+def text_encoder_shape(recipe: Recipe, model_cfg: dict[str, Any]) -> Any:
+    """The :class:`~vlr_plugins.text.blip_text_encoder.TextEncoderShape` of the recipe's text
+    encoder (from its config; no weights read), or ``None`` for an encoder that cannot
+    describe itself. Errors name the recipe key."""
+    from vlr_plugins.registry import MODELS
+
+    cls = MODELS.get(model_cfg["type"])
+    describe = getattr(cls, "describe", None)
+    if describe is None:
+        return None
+    args = {k: v for k, v in model_cfg.items() if k != "type"}
+    try:
+        return describe(**args, setting=recipe.where("model.pretrained"))
+    except ConfigError as e:
+        raise recipe.error("model.config", str(e)) from None
+    except ValueError as e:  # arguments no encoder is built from
+        raise recipe.error("model.pretrained" if "pretrained" in str(e) else "model", str(e)) from None
+
+
+def _check_against_encoder(recipe: Recipe, shape: Any, tokenizer: Any) -> None:
+    """Every token budget fits the encoder's positions; every token id its vocabulary."""
+    budgets = [(f"text_views.{kind}[{i}].max_tokens", v.max_tokens)
+               for kind in ("positives", "negatives")
+               for i, v in enumerate(getattr(recipe.text_views, kind))]
+    budgets += [(f"eval[{i}].max_tokens", s.max_tokens) for i, s in enumerate(recipe.eval)]
+    for key, budget in budgets:
+        if budget > shape.max_positions:
+            raise recipe.error(key, f"{budget} tokens exceed the text encoder's {shape.max_positions} positions "
+                                    "(model.config.max_position_embeddings); lower the budget, or extend the "
+                                    "encoder (vlr_plugins.text.extend_text_context)")
+    if len(tokenizer) > shape.vocab_size:
+        raise recipe.error("model.config.vocab_size" if "config" in recipe.model else "model.tokenizer",
+                           f"the tokenizer has {len(tokenizer)} tokens but the text encoder's vocabulary "
+                           f"holds {shape.vocab_size}: token ids past it have no embedding")
 
 
 def _schedulers(recipe: Recipe, total_iters: int) -> list[dict]:
@@ -67,35 +154,47 @@ def recipe_to_mmengine_config(
     """
     t, d = recipe.train, recipe.data
     from vlr_plugins.registry import MODELS
+    from vlr_plugins.text.pretrained import load_tokenizer
 
     if recipe.model["type"] not in MODELS:
         hint = " (open_clip recipes run with `vlr openclip-train`)" if recipe.model["type"] == "open_clip" else ""
-        raise RecipeError(recipe.source, "model.type",
-                          f"{recipe.model['type']!r} is not a registered text encoder{hint}; "
-                          f"registered: {', '.join(MODELS.names())}")
+        raise recipe.error("model.type", f"{recipe.model['type']!r} is not a registered text encoder{hint}; "
+                                         f"registered: {', '.join(MODELS.names())}")
     for key in ("train", "image_embeddings"):
-        if not getattr(d, key):
-            raise RecipeError(recipe.source, f"data.{key}", "missing: set it in the recipe or on the command line")
-        if not os.path.exists(getattr(d, key)):
-            raise RecipeError(recipe.source, f"data.{key}", f"no such file or folder: {getattr(d, key)}")
+        value = getattr(d, key)
+        if not value:
+            raise recipe.error(f"data.{key}", "missing: set it in the recipe or on the command line "
+                                              f"(--{key.replace('_', '-')})")
+        if not os.path.exists(value):
+            raise recipe.error(f"data.{key}", f"no such {'file' if key == 'train' else 'folder'}: {value}")
+    if os.path.isdir(d.train):
+        raise recipe.error("data.train", f"{d.train} is a folder; expected a file of training samples "
+                                         "(.jsonl, .parquet, .csv)")
+    if not os.path.isdir(d.image_embeddings):
+        raise recipe.error("data.image_embeddings", f"{d.image_embeddings} is a file; expected an embedding "
+                                                    "store folder (vlr precompute)")
     world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
     if t.batch_size % world:
-        raise RecipeError(recipe.source, "train.batch_size",
-                          f"{t.batch_size} does not split evenly over {world} processes")
+        raise recipe.error("train.batch_size", f"{t.batch_size} does not split evenly over {world} processes")
     per_rank = t.batch_size // world
-    n = max(1, round(d.fraction * count_samples(d.train))) if d.fraction < 1 else count_samples(d.train)
+    total = count_samples(d.train)
+    if total == 0:
+        raise recipe.error("data.train", f"{d.train} holds no samples")
+    n = max(1, round(d.fraction * total)) if d.fraction < 1 else total
     n_rank = math.ceil(n / world)
     iters_per_epoch = n_rank // per_rank if t.drop_last else math.ceil(n_rank / per_rank)
     if iters_per_epoch < 1:
-        raise RecipeError(recipe.source, "train.batch_size",
-                          f"{n} samples give no full batch of {t.batch_size} (set drop_last: false or a smaller batch)")
-    tok = _tokenizer_of(recipe, tokenizer)
-    from transformers import AutoTokenizer
-
-    pad_id = AutoTokenizer.from_pretrained(tok).pad_token_id or 0
-    model_cfg = {k: v for k, v in recipe.model.items()}
+        raise recipe.error("train.batch_size", f"{n} samples give no full batch of {t.batch_size} "
+                                               "(set drop_last: false or a smaller batch)")
+    tok, tok_setting = tokenizer_setting(recipe, tokenizer)
+    tokenizer_obj = load_tokenizer(tok, tok_setting)
+    pad_id = tokenizer_obj.pad_token_id or 0
+    model_cfg = _special_ids(dict(recipe.model), tokenizer_obj, recipe)
     if "tokenizer" not in model_cfg and model_cfg.get("pretrained") != tok:
         model_cfg["tokenizer"] = tok
+    shape = text_encoder_shape(recipe, model_cfg)
+    if shape is not None:
+        _check_against_encoder(recipe, shape, tokenizer_obj)
 
     def loader(dataset: dict, shuffle: bool, batch_size: int, drop_last: bool) -> dict:
         return dict(

@@ -8,19 +8,25 @@ data loader and ``TextOnlyRetrievalModel`` expect them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned
+from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.media import StoredEmbeddings
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 from vlr_plugins.data.sample import read_paragraph_samples
 from vlr_plugins.data.text_views import TextView, TextViews
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.recipe import EvalSplit
+from vlr_plugins.text.pretrained import load_tokenizer
 from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["ParagraphTextViewsDataset", "RetrievalEvalDataset", "vlr_text_views_collate"]
@@ -41,9 +47,7 @@ class _TokenIds:
     @property
     def tokenizer(self) -> Any:
         if self._tok is None:
-            from transformers import AutoTokenizer
-
-            self._tok = AutoTokenizer.from_pretrained(self.tokenizer_path)
+            self._tok = load_tokenizer(self.tokenizer_path, "tokenizer")
         return self._tok
 
     def __call__(self, texts: Sequence[str], budgets: Sequence[int]) -> list[list[int]]:
@@ -51,6 +55,39 @@ class _TokenIds:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tok": None}
+
+
+def read_one_row_per_shard(store: EmbeddingStore) -> None:
+    """Read the first row of every shard of ``store``, so that a missing, truncated or
+    corrupt shard is reported (naming the shard file) before training rather than by a
+    data-loader worker mid-epoch. Shards are memory-mapped: this reads their headers and
+    one row each."""
+    index = json.loads((Path(store.path) / "index.json").read_text("utf-8"))
+    start = 0
+    for shard in index["shards"]:
+        if shard["count"]:
+            try:
+                store.get([store.ids[start]])
+            except FileNotFoundError:
+                raise DataFormatError(Path(store.path) / shard["file"],
+                                      "missing (the store's index.json lists it)") from None
+        start += shard["count"]
+    store.close()
+
+
+def _read_samples(ann_file: str) -> list:
+    """The training samples; a file that is not UTF-8 text is named with its first bad line."""
+    try:
+        return read_paragraph_samples(ann_file)
+    except UnicodeDecodeError as e:
+        with open(ann_file, "rb") as f:
+            for line_no, line in enumerate(f, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    raise DataFormatError(ann_file, f"not UTF-8 text: byte {bad.object[bad.start:bad.start + 1]!r} "
+                                                    f"at column {bad.start + 1}", record=line_no) from None
+        raise DataFormatError(ann_file, f"not UTF-8 text: {e.reason}") from None
 
 
 class _TrainItem:
@@ -73,18 +110,21 @@ class ParagraphTextViewsDataset(TextViewsDataset):
     ``ann_file``: JSON Lines / Parquet / CSV of samples; ``image_embeddings``: an
     embedding store folder (``vlr precompute``); ``positives`` / ``negatives``: the
     recipe's text views; ``tokenizer``: a tokenizer folder or Hub name. Checks, data
-    fraction and per-step draws are :class:`~vlr_plugins.data.TextViewsDataset`'s.
+    fraction and per-step draws are :class:`~vlr_plugins.data.TextViewsDataset`'s; the
+    store's shards are read once each at construction (:func:`read_one_row_per_shard`),
+    so a damaged one stops the run before its first step.
     """
 
     def __init__(self, ann_file: str, image_embeddings: str, positives: Sequence[dict],
                  tokenizer: str, negatives: Sequence[dict] = (), fraction: float = 1.0,
                  seed: int = 0) -> None:
         self.ann_file, self.image_embeddings, self.tokenizer_path = ann_file, image_embeddings, tokenizer
+        media = StoredEmbeddings(image_embeddings)
         super().__init__(
-            read_paragraph_samples(ann_file), TextViews(_as_views(positives), _as_views(negatives)),
-            StoredEmbeddings(image_embeddings), transform=_TrainItem(tokenizer), source=ann_file,
-            fraction=fraction, seed=seed,
+            _read_samples(ann_file), TextViews(_as_views(positives), _as_views(negatives)),
+            media, transform=_TrainItem(tokenizer), source=ann_file, fraction=fraction, seed=seed,
         )
+        read_one_row_per_shard(media.store)
 
 
 @DATASETS.register_module()
@@ -103,8 +143,11 @@ class RetrievalEvalDataset(Dataset):
             split = cfg if isinstance(cfg, EvalSplit) else EvalSplit(**cfg)
             path = split.image_embeddings or image_embeddings
             if path is None:
-                raise ValueError(f"eval split {split.name!r} names no image_embeddings store")
-            store = stores.setdefault(path, StoredEmbeddings(path))
+                raise ConfigError(f"eval split {split.name!r} names no image_embeddings store")
+            if path not in stores:
+                stores[path] = StoredEmbeddings(path)
+                read_one_row_per_shard(stores[path].store)
+            store = stores[path]
             rs = read_retrieval_jsonl(split.ann_file, split.name)
             store.store.check(list(rs.item_ids))
             self.items += [(split, store, item_id, rs.texts_of(i)) for i, item_id in enumerate(rs.item_ids)]

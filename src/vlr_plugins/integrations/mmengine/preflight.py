@@ -1,0 +1,218 @@
+"""Before a Runner starts: the run's data checked against the model, and nothing left
+behind by a run that stops on bad input.
+
+MMEngine's Runner creates the work dir, a timestamped log folder and a copy of the
+config as it starts, and builds its datasets only when training starts, so a bad sample
+file would be found after a few hundred lines of log, leaving those files behind.
+:func:`check_run_inputs` builds the datasets first, exactly as the Runner will (every
+sample read and checked, every image id looked up in its store, one row of every store
+shard read) and checks each store's width against the text encoder's output;
+:func:`nothing_left_on_failure` removes what a run created when it stops on bad input
+before writing a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlr_plugins.data.embedding_store import EmbeddingStore
+from vlr_plugins.errors import MissingFileError, UsageError, UserError
+from vlr_plugins.integrations.mmengine.config import text_encoder_shape
+from vlr_plugins.integrations.mmengine.dataset import (
+    ParagraphTextViewsDataset,
+    RetrievalEvalDataset,
+)
+from vlr_plugins.recipe import Recipe
+
+__all__ = ["RunInputs", "check_run_inputs", "check_output_folder", "check_output_file", "check_resume_checkpoint",
+           "check_resume", "check_launcher", "nothing_left_on_failure"]
+
+#: what each MMEngine launcher reads from the environment its launcher sets
+_LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.run)"),
+                 "slurm": ("SLURM_PROCID", "srun"), "mpi": ("OMPI_COMM_WORLD_RANK", "mpirun (Open MPI)")}
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What :func:`check_run_inputs` found: training samples kept (after ``data.fraction``),
+    the image embeddings' width, and the evaluation items (0 without ``eval``)."""
+
+    samples: int
+    dim: int
+    eval_items: int = 0
+
+
+def _check_width(recipe: Recipe, key: str, path: str, dim: int, shape: Any) -> None:
+    if shape is not None and dim != shape.embed_dim:
+        raise recipe.error(key, f"the embedding store {path} holds {dim}-d image embeddings, but the text "
+                                f"encoder outputs {shape.embed_dim}-d vectors (model.embed_dim); they must "
+                                "share one space: precompute with the model's image tower, or set "
+                                f"model.embed_dim: {dim} for a model built from a config")
+
+
+def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
+    """Build the datasets of ``cfg`` (from :func:`recipe_to_mmengine_config`) as the Runner
+    will, and check every store's width against the recipe's text encoder (and
+    ``train.amp`` against the machine).
+
+    Raises a :class:`~vlr_plugins.errors.UserError` naming the file, record and field
+    (:class:`~vlr_plugins.data.DataFormatError`), every missing embedding
+    (:class:`~vlr_plugins.data.MissingEmbeddingsError`), or the recipe key and where it
+    was set (:class:`~vlr_plugins.recipe.RecipeError`).
+    """
+    from mmengine.device import get_device
+
+    if recipe.train.amp and get_device() == "cpu":
+        raise recipe.error("train.amp", "mixed precision (AmpOptimWrapper) runs on a GPU (cuda, npu, mlu, musa); "
+                                        "this machine has none: set train.amp: false")
+    shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
+    args = {k: v for k, v in cfg["train_dataloader"]["dataset"].items() if k != "type"}
+    try:
+        train = ParagraphTextViewsDataset(**args)
+    except FileNotFoundError as e:  # a store folder without its index
+        raise recipe.error("data.image_embeddings", str(e)) from None
+    except UserError:
+        raise
+    except ValueError as e:  # a file suffix no reader takes
+        raise recipe.error("data.train", str(e)) from None
+    store = train.media.store
+    _check_width(recipe, "data.image_embeddings", args["image_embeddings"], store.dim, shape)
+    eval_items = 0
+    if recipe.eval:
+        for i, split in enumerate(recipe.eval):
+            if not os.path.isfile(split.ann_file):
+                raise recipe.error(f"eval[{i}].ann_file", f"no such file: {split.ann_file}")
+            path = split.image_embeddings or recipe.data.image_embeddings
+            key = f"eval[{i}].image_embeddings" if split.image_embeddings else "data.image_embeddings"
+            if not os.path.isdir(path):
+                raise recipe.error(key, f"no such folder: {path}")
+        args = {k: v for k, v in cfg["val_dataloader"]["dataset"].items() if k != "type"}
+        try:
+            val = RetrievalEvalDataset(**args)
+        except FileNotFoundError as e:
+            raise recipe.error("eval", str(e)) from None
+        for i, split in enumerate(recipe.eval):
+            if split.image_embeddings:
+                dim = EmbeddingStore(split.image_embeddings).dim
+                _check_width(recipe, f"eval[{i}].image_embeddings", split.image_embeddings, dim, shape)
+        eval_items = len(val)
+    return RunInputs(samples=len(train), dim=store.dim, eval_items=eval_items)
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_output_folder(path: str | os.PathLike, option: str) -> None:
+    """``path`` can be a run's output folder: a folder, or creatable in the first folder
+    above it that exists, which must be writable. Errors name ``option``."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(option, f"{p} is a file; expected a folder (or a path where one can be created)")
+    base = _nearest_existing(p)
+    if not base.is_dir():
+        raise UsageError(option, f"cannot create {p}: {base} is a file")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(option, f"cannot write to {base} (permission denied)")
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> None:
+    """``path`` can be written as a file: not a folder, in a folder that exists and is
+    writable. Errors name ``option``."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(option, f"{p} is a folder; expected a file path")
+    parent = p.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(option, f"no such folder: {p.parent} (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(option, f"cannot write {p} (permission denied)")
+
+
+def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -> None:
+    """``path`` is a checkpoint MMEngine can resume from: a file that
+    ``torch.load(weights_only=True)`` reads (what ``WeightsOnlyCheckpointHook`` writes)
+    holding a ``state_dict``. Errors name ``option``."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        raise MissingFileError(f"{option}: no checkpoint at {p}" + (" (it is a folder)" if p.is_dir() else ""))
+    try:
+        # memory-mapped when it can be (torch.save's zip format): the weights are not read here
+        ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(p))
+    except pickle.UnpicklingError:
+        raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: it holds "
+                                 "pickled Python objects, which could run code when loaded, or is no checkpoint "
+                                 "at all (`vlr train` writes tensors and plain values only)") from None
+    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: "
+                                 f"{type(e).__name__}: {first}") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
+
+
+def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resume") -> None:
+    """``resume`` is a checkpoint :func:`check_resume_checkpoint` accepts, or ``auto``: the
+    latest checkpoint MMEngine recorded in ``work_dir`` (its ``last_checkpoint`` file), if
+    there is one (without one, training starts afresh, as MMEngine does)."""
+    if resume != "auto":
+        check_resume_checkpoint(resume, option)
+        return
+    last = Path(work_dir) / "last_checkpoint"
+    if last.is_file():
+        recorded = last.read_text(encoding="utf-8").strip()
+        check_resume_checkpoint(recorded, f"{option} (the latest checkpoint, named in {last})")
+
+
+def check_launcher(launcher: str, option: str = "--launcher") -> None:
+    """A distributed ``launcher`` runs under the program that starts its processes (MMEngine
+    reads the rank it sets); errors name ``option``."""
+    if launcher in _LAUNCHER_ENV:
+        variable, program = _LAUNCHER_ENV[launcher]
+        if variable not in os.environ:
+            raise UsageError(option, f"{launcher} needs the processes started by {program}, which sets {variable}; "
+                                     f"it is not set (run without --launcher for one process)")
+
+
+def _has_checkpoint(work_dir: Path, before: set[str]) -> bool:
+    return any(p.suffix == ".pth" for p in work_dir.glob("*") if p.name not in before)
+
+
+@contextmanager
+def nothing_left_on_failure(work_dir: str | os.PathLike) -> Iterator[None]:
+    """Inside the block, a :class:`~vlr_plugins.errors.UserError` (bad input found once the
+    Runner exists: a model that cannot be loaded...) removes what the block created in
+    ``work_dir`` -- the folder itself if it was new -- unless a checkpoint was written;
+    other exceptions leave the log for the bug report."""
+    work_dir = Path(work_dir)
+    existed = work_dir.is_dir()
+    before = {p.name for p in work_dir.iterdir()} if existed else set()
+    try:
+        yield
+    except UserError:
+        if work_dir.is_dir() and not _has_checkpoint(work_dir, before):
+            if not existed:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            else:
+                for p in work_dir.iterdir():
+                    if p.name in before:
+                        continue
+                    if p.is_dir():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+        raise
