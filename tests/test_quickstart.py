@@ -64,9 +64,9 @@ def test_quickstart_runs_verbatim_offline(tmp_path):
     src = Path(vlr_plugins.__file__).resolve().parents[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PATH=f"{_bin(tmp_path)}{os.pathsep}{os.environ['PATH']}",
-               # this checkout's code; and the quickstart folder, for `--encoder my_encoder:...`
-               # until `vlr precompute` imports from the current folder itself (as `python -m` does)
-               PYTHONPATH=os.pathsep.join([str(src), str(work), os.environ.get("PYTHONPATH", "")]))
+               # this checkout's code (`vlr precompute` imports `--encoder my_encoder:...` from the
+               # current folder itself, as `python -m` does)
+               PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
     env.pop("VLR_DEBUG", None)
     script = "set -euo pipefail\n" + "\n".join(shell)
     out = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True,

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from vlr_plugins.errors import UsageError, UserError, as_user_error, run_cli
+from vlr_plugins.errors import MissingFileError, UsageError, UserError, run_cli
 
 __all__ = ["main"]
 
@@ -547,6 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=_at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     s.set_defaults(fn=cmd_demo)
+
+    from vlr_plugins.eval.capst.cli import add_cli as add_capst
+
+    add_capst(sub)
     return p
 
 

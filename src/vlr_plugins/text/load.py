@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import pickle
 
 import torch
 
+from vlr_plugins.checkpoint_meta import load_weights_only
 from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.errors import MissingFileError
 from vlr_plugins.registry import MODELS
@@ -44,14 +44,7 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
     if not os.path.isfile(spec):
         what = "is a folder" if os.path.isdir(spec) else "no such file"
         raise MissingFileError(f"{where}: {what}: {spec} (give a .pth file of `vlr train`, or blip:<name>)")
-    try:
-        ckpt = torch.load(spec, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise DataFormatError(spec, "not a checkpoint torch.load(weights_only=True) reads: it holds pickled "
-                                    "Python objects, which could run code when loaded, or is no checkpoint at all "
-                                    "(`vlr train` writes tensors and plain values only)") from e
-    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
-        raise DataFormatError(spec, f"not a checkpoint torch.load(weights_only=True) reads: {_gist(e)}") from e
+    ckpt = load_weights_only(spec)
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise DataFormatError(spec, "holds no 'state_dict': not a checkpoint of `vlr train`")
     arch = (ckpt.get("meta") or {}).get("vlr_text_encoder")
@@ -68,10 +61,5 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
     own = encoder.state_dict()
     state |= {k: v for k, v in own.items() if k.endswith("position_ids") and k not in state}
     encoder.load_state_dict(state)
-    return encoder.eval()
+    return encoder.to(map_location).eval()
 
-
-def _gist(e: BaseException) -> str:
-    """The first line of an exception's message (torch's unpickling errors span a page)."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]

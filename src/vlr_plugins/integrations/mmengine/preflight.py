@@ -142,25 +142,17 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -
     """``path`` is a checkpoint MMEngine can resume from: a file that
     ``torch.load(weights_only=True)`` reads (what ``WeightsOnlyCheckpointHook`` writes)
     holding a ``state_dict``. Errors name ``option``."""
-    import pickle
-    import zipfile
-
-    import torch
+    from vlr_plugins.checkpoint_meta import load_weights_only
+    from vlr_plugins.data.errors import DataFormatError
 
     p = Path(path)
     if not p.is_file():
         raise MissingFileError(f"{option}: no checkpoint at {p}" + (" (it is a folder)" if p.is_dir() else ""))
     try:
         # memory-mapped when it can be (torch.save's zip format): the weights are not read here
-        ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(p))
-    except pickle.UnpicklingError:
-        raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: it holds "
-                                 "pickled Python objects, which could run code when loaded, or is no checkpoint "
-                                 "at all (`vlr train` writes tensors and plain values only)") from None
-    except Exception as e:  # bytes that are no checkpoint raise anything: KeyError, struct.error...
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        raise UsageError(option, f"{p} is not a checkpoint torch.load(weights_only=True) reads: "
-                                 f"{type(e).__name__}: {first}") from None
+        ckpt = load_weights_only(p, mmap=True)
+    except DataFormatError as e:
+        raise UsageError(option, str(e)) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
 

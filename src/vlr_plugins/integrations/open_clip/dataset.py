@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem
 from vlr_plugins.data.media import ImageFiles, StoredEmbeddings
-from vlr_plugins.data.sample import SAMPLE_SUFFIXES, TEXT_FIELDS, ParagraphSample, read_paragraph_samples
+from vlr_plugins.data.sample import TEXT_FIELDS, ParagraphSample, read_paragraph_samples
 from vlr_plugins.integrations.open_clip.text_batch import TextItem, collate_text_batch
 from vlr_plugins.recipe import TextViews
 

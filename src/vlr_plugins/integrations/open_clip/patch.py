@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.data.sample import SAMPLE_SUFFIXES
 from vlr_plugins.integrations.open_clip.dataset import (
-    SAMPLE_SUFFIXES,
     SampleTokenizer,
     TextViewsImageDataset,
     make_train_loader,
