@@ -205,7 +205,7 @@ class EOLEmbedder(nn.Module):
     def prompts(self, modality: str, sentences: Sequence[str] | None = None, count: int | None = None) -> list[str]:
         """The rendered prompts: one per sentence (``text``), or ``count`` copies (image, video)."""
         if modality == "text":
-            return [self.prompt.render("text", chat=self._chat, sentence=s) for s in self._truncate(sentences or [])]
+            return self.prompt.render_texts(self._truncate(sentences or []), chat=self._chat)
         one = self.prompt.render(modality, chat=self._chat, media_tokens=self._media_tokens())
         return [one] * int(count or 0)
 

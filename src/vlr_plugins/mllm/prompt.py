@@ -28,7 +28,7 @@ the sentence after rendering (as CaReBench and E5-V do).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -96,6 +96,12 @@ class EOLPrompt:
         ``sentence`` replaces ``<sent>``; ``media_tokens`` (``{"image": "<|image_pad|>"}``)
         replace the media placeholders when the prompt is used as written.
         """
+        return self.render_texts([sentence], chat=chat, modality=modality, media_tokens=media_tokens)[0]
+
+    def render_texts(self, sentences: Sequence[str], *, chat: ChatRenderer | None, modality: str = "text",
+                     media_tokens: Mapping[str, str] | None = None) -> list[str]:
+        """:meth:`render` for many sentences, with the chat template rendered once (as
+        CaReBench does: the template holds ``<sent>``, replaced afterwards)."""
         template = self.template(modality)
         if self.chat_template:
             if chat is None:
@@ -111,8 +117,8 @@ class EOLPrompt:
                         raise ConfigError(f"EOL prompt {self.name!r}: the processor names no {kind} token "
                                           f"to put in place of {placeholder}")
                     rendered = rendered.replace(placeholder, token)
-        rendered = rendered.replace(SENTENCE, sentence)
-        return rendered.strip() if self.strip else rendered
+        filled = [rendered.replace(SENTENCE, s) for s in sentences]
+        return [f.strip() for f in filled] if self.strip else filled
 
 
 def _content(template: str) -> str | list[dict[str, str]]:
