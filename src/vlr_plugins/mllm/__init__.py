@@ -7,15 +7,18 @@
   YAML data (``prompt_templates/``; a user's own file by path).
 * :class:`VideoInput` -- frames, repetition and pixel limits of the clips it sees.
 * :func:`last_token_pool` -- the pooling itself.
+* :class:`EOLTripletsDataset`, :func:`collate_eol_triplets` -- stage-II training data: NLI
+  triplets as EOL prompts, batched in one left-padded block.
 
 Importing this package needs only torch and PyYAML; transformers (``vlr-plugins[mllm]``)
 is imported when a model is loaded. See docs/care.md.
 """
 
-from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder
+from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
-from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt
+from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
+from vlr_plugins.mllm.triplets import EOLTripletsDataset, collate_eol_triplets
 
 __all__ = [
     "EOLEmbedder",
@@ -28,4 +31,8 @@ __all__ = [
     "clip_pixels",
     "image_pixels",
     "last_token_pool",
+    "chat_renderer",
+    "truncate_sentences",
+    "EOLTripletsDataset",
+    "collate_eol_triplets",
 ]

@@ -27,10 +27,10 @@ from torch import nn
 from vlr_plugins.errors import ConfigError, loading_pretrained
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
-from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, load_eol_prompt
+from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, load_eol_prompt, truncate_sentences
 from vlr_plugins.registry import MODELS
 
-__all__ = ["EOLEmbedder", "MODEL_KINDS"]
+__all__ = ["EOLEmbedder", "MODEL_KINDS", "chat_renderer"]
 
 MODEL_KINDS = ("auto", "mllm", "llm")
 # OpenAI CLIP statistics: Qwen2-VL's processor normalises with them
@@ -45,6 +45,20 @@ def _dtype(value: str | torch.dtype | None) -> torch.dtype | None:
     if not isinstance(dtype, torch.dtype):
         raise ConfigError(f"dtype: expected a torch dtype name such as 'bfloat16', found {value!r}")
     return dtype
+
+
+def chat_renderer(processor: Any, prompt_name: str = "?") -> Any:
+    """``messages -> str`` with the generation prompt, by the processor's chat template, else
+    its tokenizer's; refuses (naming the prompt) when neither has one."""
+    for owner in (processor, getattr(processor, "tokenizer", None)):
+        if getattr(owner, "chat_template", None):
+            return lambda messages: owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def refuse(messages: list[dict[str, Any]]) -> str:
+        raise ConfigError(f"EOL prompt {prompt_name!r} is written for a chat template, and neither the "
+                          f"processor nor the tokenizer has one (use a prompt file with chat_template: false)")
+
+    return refuse
 
 
 def _is_mllm_config(pretrained: str, trust_remote_code: bool) -> bool:
@@ -188,11 +202,7 @@ class EOLEmbedder(nn.Module):
     # ------------------------------------------------------------------ prompts and inputs
 
     def _chat(self, messages: list[dict[str, Any]]) -> str:
-        for owner in (self.processor, self.tokenizer):
-            if getattr(owner, "chat_template", None):
-                return owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        raise ConfigError(f"EOL prompt {self.prompt.name!r} is written for a chat template, and neither the "
-                          f"processor nor the tokenizer has one (use a prompt file with chat_template: false)")
+        return chat_renderer(self.processor, self.prompt.name)(messages)
 
     def _media_tokens(self) -> dict[str, str]:
         out = {}
@@ -205,18 +215,10 @@ class EOLEmbedder(nn.Module):
     def prompts(self, modality: str, sentences: Sequence[str] | None = None, count: int | None = None) -> list[str]:
         """The rendered prompts: one per sentence (``text``), or ``count`` copies (image, video)."""
         if modality == "text":
-            return self.prompt.render_texts(self._truncate(sentences or []), chat=self._chat)
+            return self.prompt.render_texts(truncate_sentences(self.tokenizer, sentences or [], self.max_text_tokens),
+                                            chat=self._chat)
         one = self.prompt.render(modality, chat=self._chat, media_tokens=self._media_tokens())
         return [one] * int(count or 0)
-
-    def _truncate(self, sentences: Sequence[str]) -> list[str]:
-        """Each sentence cut to ``max_text_tokens`` tokens (decoded back), as E5-V and
-        CaReBench's trainers cut theirs (``cutoff_len``) before filling the prompt."""
-        if self.max_text_tokens is None:
-            return list(sentences)
-        ids = self.tokenizer(list(sentences), add_special_tokens=False, truncation=True,
-                             max_length=self.max_text_tokens)["input_ids"]
-        return [self.tokenizer.decode(row) for row in ids]
 
     def inputs(self, modality: str, items: Sequence[Any]) -> dict[str, torch.Tensor]:
         """The model inputs for a batch of one modality, left-padded, on the model's device.
@@ -250,11 +252,7 @@ class EOLEmbedder(nn.Module):
             else:
                 clips = [clip_pixels(x, self.video_input, self.image_mean, self.image_std) for x in items]
                 batch = self.processor(text=text, videos=clips, **kw, **self._size_kwargs("video"))
-        out = {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        if self.kind == "llm":
-            # positions count real tokens only, so a left-padded row matches it unpadded
-            out["position_ids"] = (out["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
-        return out
+        return {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
     def _size_kwargs(self, modality: str) -> dict[str, Any]:
         proc = getattr(self.processor, f"{modality}_processor", None)
@@ -276,6 +274,9 @@ class EOLEmbedder(nn.Module):
         """(B, D) last-token states of prepared inputs (:meth:`inputs`), in the model's dtype,
         not normalised, with gradients when enabled: the training path."""
         backbone = self.model.base_model if hasattr(self.model, "base_model") else self.model
+        if self.kind == "llm" and "position_ids" not in inputs:
+            # positions count real tokens only, so a left-padded row matches it unpadded
+            inputs = {**inputs, "position_ids": (inputs["attention_mask"].long().cumsum(1) - 1).clamp(min=0)}
         out = backbone(**inputs, use_cache=False)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         return last_token_pool(hidden, inputs["attention_mask"])

@@ -39,7 +39,7 @@ import yaml
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.mllm.media_input import VideoInput
 
-__all__ = ["MODALITIES", "EOLPrompt", "load_eol_prompt", "list_eol_prompts"]
+__all__ = ["MODALITIES", "EOLPrompt", "load_eol_prompt", "list_eol_prompts", "truncate_sentences"]
 
 MODALITIES = ("text", "image", "video")
 SENTENCE = "<sent>"
@@ -119,6 +119,15 @@ class EOLPrompt:
                     rendered = rendered.replace(placeholder, token)
         filled = [rendered.replace(SENTENCE, s) for s in sentences]
         return [f.strip() for f in filled] if self.strip else filled
+
+
+def truncate_sentences(tokenizer: Any, sentences: Sequence[str], max_tokens: int | None) -> list[str]:
+    """Each sentence cut to ``max_tokens`` tokens and decoded back, as E5-V's and CaReBench's
+    trainers cut theirs (``cutoff_len``, 32) before filling the prompt; ``None``: unchanged."""
+    if max_tokens is None:
+        return list(sentences)
+    ids = tokenizer(list(sentences), add_special_tokens=False, truncation=True, max_length=max_tokens)["input_ids"]
+    return [tokenizer.decode(row) for row in ids]
 
 
 def _content(template: str) -> str | list[dict[str, str]]:
