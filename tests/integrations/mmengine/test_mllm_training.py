@@ -157,3 +157,19 @@ def test_recipes_hold_the_published_values(recipe):
     else:
         ratio = {"stage2_paper": 0.2}.get(recipe, 0.1)
         assert warmup.end == pytest.approx(ratio * cfg.train_cfg.max_epochs) and cfg.model.finetune == "full"
+
+
+def test_the_flexible_runner_path_runs_the_same_model(tiny_folder, nli_csv, tmp_path):
+    """The GPU recipes use FlexibleRunner (DeepSpeed / FSDP strategies); on CPU its
+    single-device strategy runs the same model, dataset and hooks."""
+    from mmengine.runner import FlexibleRunner
+
+    cfg = stage2_config("stage2_paper", tiny_folder, nli_csv, tmp_path)
+    cfg.runner_type = "FlexibleRunner"
+    cfg.strategy = dict(type="SingleDeviceStrategy")
+    runner = FlexibleRunner.from_cfg(cfg)
+    runner.train()  # the flexible runner builds the model here
+    after = runner.model.embedder.model.state_dict()
+    before = EOLEmbedder(tiny_folder).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if ".visual." in k)
+    assert any(not torch.equal(before[k], after[k]) for k in before if ".language_model." in k)
