@@ -117,7 +117,7 @@ class Registry:
 
 
 LOSSES = Registry("losses", ("vlr_plugins.losses",))
-MODELS = Registry("models", ("vlr_plugins.text", "vlr_plugins.vision"))
+MODELS = Registry("models", ("vlr_plugins.text", "vlr_plugins.vision", "vlr_plugins.mllm"))
 READERS = Registry("readers", ("vlr_plugins.data", "vlr_plugins.data.readers"))
 METRICS = Registry("metrics", ("vlr_plugins.eval",))
 

@@ -17,6 +17,7 @@ from vlr_plugins.data.precompute import (
     precompute_image_embeddings,
 )
 from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
+from vlr_plugins.data.nli import NLI_COLUMNS, NLITriplet, read_nli_triplets
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.data.sample import (
     SAMPLE_SUFFIXES,
@@ -102,4 +103,7 @@ __all__ = [
     "CLIP_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "NLI_COLUMNS",
+    "NLITriplet",
+    "read_nli_triplets",
 ]

@@ -15,6 +15,7 @@ from vlr_plugins.losses.pcm import (
     primary_component_matching,
     principal_component_reconstruction,
 )
+from vlr_plugins.losses.simcse import SupervisedSimCSELoss, supervised_simcse
 
 __all__ = [
     "multi_positive_infonce",
@@ -24,4 +25,6 @@ __all__ = [
     "primary_component_matching",
     "principal_component_reconstruction",
     "PrimaryComponentMatchingLoss",
+    "supervised_simcse",
+    "SupervisedSimCSELoss",
 ]

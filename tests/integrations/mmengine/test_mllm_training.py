@@ -1,0 +1,175 @@
+"""CaRe stage II through MMEngine's Runner on a tiny random Qwen2-VL: the LLM trains, the
+vision tower stays bit-identical, LoRA merges exactly, and training embeddings are the
+embedder's own."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("mmengine")
+pytest.importorskip("transformers")
+pytest.importorskip("torchvision")
+from mmengine.config import Config  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
+from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+
+from vlr_plugins.integrations.mmengine.mllm_model import EOLContrastiveModel  # noqa: E402
+from vlr_plugins.mllm import EOLEmbedder, EOLTripletsDataset, collate_eol_triplets  # noqa: E402
+
+RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "recipes", "care")
+WORDS = "a dog cat man woman runs sits jumps on the grass snow table quickly slowly red blue".split()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_mmengine():
+    yield
+    logging.getLogger("mmengine").handlers.clear()
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    model, processor = tiny_qwen2vl(seed=1)
+    path = tmp_path_factory.mktemp("tiny_qwen2vl")
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def nli_csv(tmp_path_factory):
+    g = torch.Generator().manual_seed(0)
+    sentence = lambda: " ".join(WORDS[int(i)] for i in torch.randint(len(WORDS), (6,), generator=g))  # noqa: E731
+    path = tmp_path_factory.mktemp("nli") / "nli.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sent0", "sent1", "hard_neg"])
+        w.writerows([sentence(), sentence(), sentence()] for _ in range(20))
+    return str(path)
+
+
+def stage2_config(recipe, folder, ann_file, work_dir, **model):
+    cfg = Config.fromfile(os.path.join(RECIPES, f"{recipe}.yaml"))
+    cfg.model.embedder.pretrained = folder
+    cfg.model.update(model)
+    cfg.train_dataloader.update(batch_size=2, num_workers=0, persistent_workers=False)
+    cfg.train_dataloader.dataset.update(ann_file=ann_file, tokenizer=folder)
+    cfg.train_cfg.max_epochs = 1
+    cfg.optim_wrapper = dict(type="OptimWrapper", optimizer=dict(type="AdamW", lr=1e-2, weight_decay=0.0))
+    cfg.env_cfg.dist_cfg.backend = "gloo"
+    cfg.default_hooks.checkpoint.interval = 100
+    cfg.work_dir, cfg.log_level = str(work_dir), "WARNING"
+    return cfg
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_stage2_steps_change_the_llm_and_leave_the_vision_tower_bit_identical(tiny_folder, nli_csv, tmp_path):
+    runner = Runner.from_cfg(stage2_config("stage2_paper", tiny_folder, nli_csv, tmp_path))
+    model = runner.model
+    assert isinstance(model, EOLContrastiveModel) and model.finetune == "full"
+    before = snapshot(model)
+    runner.train()
+    after = snapshot(model)
+    vision = [k for k in before if ".visual." in k]
+    llm = [k for k in before if ".language_model." in k]
+    assert vision and llm
+    assert all(torch.equal(before[k], after[k]) for k in vision), "the vision tower must not change"
+    assert all(torch.equal(before[k], after[k]) for k in before if "lm_head" in k)
+    changed = [k for k in llm if not torch.equal(before[k], after[k])]
+    assert any("layers.0.self_attn.q_proj" in k for k in changed) and any("embed_tokens" in k for k in changed)
+    assert not model.embedder.model.model.visual.training, "the frozen tower stays in eval mode"
+
+
+def test_lora_trains_adapters_only_and_merges_to_the_same_embeddings(tiny_folder, nli_csv, tmp_path):
+    pytest.importorskip("peft")
+    cfg = stage2_config("stage2_paper", tiny_folder, nli_csv, tmp_path, finetune="lora",
+                        lora=dict(r=4, lora_alpha=8, lora_dropout=0.0))
+    runner = Runner.from_cfg(cfg)
+    model = runner.model
+    before = snapshot(model)
+    runner.train()
+    after = snapshot(model)
+    lora = [k for k in before if "lora_" in k]
+    assert lora and not any(".visual." in k for k in lora), "adapters on the LLM only"
+    assert any(not torch.equal(before[k], after[k]) for k in lora if "lora_B" in k)
+    assert all(torch.equal(before[k], after[k]) for k in before if "lora_" not in k)
+    texts = ["a dog runs on the grass", "the red table"]
+    model.eval()
+    with_adapters = model.embedder.encode_text(texts)
+    merged = model.merge_lora()
+    assert not any("lora_" in k for k in merged.state_dict())
+    torch.testing.assert_close(model.embedder.encode_text(texts), with_adapters, atol=1e-5, rtol=0)
+
+
+def test_training_batches_embed_exactly_as_the_embedder_does(tiny_folder, nli_csv):
+    embedder = EOLEmbedder(tiny_folder, prompt="care", max_text_tokens=32)
+    data = EOLTripletsDataset(nli_csv, tiny_folder, prompt="care", max_text_tokens=32)
+    items = [data[i] for i in range(3)]
+    batch = collate_eol_triplets(items)
+    assert batch["input_ids"].shape[0] == 9 and batch["num_anchors"] == 3
+    model = EOLContrastiveModel(embedder=embedder)
+    model.eval()
+    with torch.no_grad():
+        emb = F.normalize(model(**batch, mode="tensor").float(), dim=-1)
+    sentences = [s for j in range(3) for s in (data.triplets[i][j] for i in range(3))]
+    torch.testing.assert_close(emb, embedder.encode_text(sentences), atol=1e-5, rtol=0)
+    # the rows are the embedder's own prompts, tokenized
+    ids = embedder.inputs("text", [data.triplets[0].sent0])["input_ids"][0].tolist()
+    assert items[0]["ids"][0] == ids
+
+
+def test_the_released_prompt_is_stripped_and_pairs_need_no_negatives(tiny_folder, nli_csv, tmp_path):
+    care = EOLTripletsDataset(nli_csv, tiny_folder, prompt="care")
+    released = EOLTripletsDataset(nli_csv, tiny_folder, prompt="care_train")
+    newline = getattr(care.processor, "tokenizer", care.processor)("\n")["input_ids"]
+    assert care[0]["ids"][0] == released[0]["ids"][0] + newline
+    pairs = EOLTripletsDataset(nli_csv, tiny_folder, hard_negatives=False)
+    assert len(pairs[0]["ids"]) == 2
+    with pytest.raises(ValueError, match="items mix"):
+        collate_eol_triplets([pairs[0], care[0]])
+
+
+@pytest.mark.parametrize("recipe", ["stage2_paper", "stage2_released", "stage2_released_deepspeed", "e5v"])
+def test_recipes_hold_the_published_values(recipe):
+    cfg = Config.fromfile(os.path.join(RECIPES, f"{recipe}.yaml"))
+    per_step = cfg.train_dataloader.batch_size * cfg.vlr.world_size * cfg.optim_wrapper.get("accumulative_counts", 1)
+    if recipe == "stage2_released_deepspeed":
+        per_step *= cfg.strategy.gradient_accumulation_steps
+    assert per_step == cfg.vlr.global_batch == 768
+    assert cfg.model.loss == dict(type="SupervisedSimCSELoss", temperature=0.05)
+    assert cfg.train_cfg.max_epochs == 2 and cfg.model.embedder.max_text_tokens == 32
+    lr = cfg.optim_wrapper.optimizer.lr
+    assert lr == {"stage2_paper": 2e-4, "stage2_released": 2e-5, "stage2_released_deepspeed": 2e-5, "e5v": 4e-4}[recipe]
+    warmup = cfg.param_scheduler[0]
+    if recipe == "e5v":
+        assert cfg.model.finetune == "lora" and cfg.model.lora.r == 64 and warmup.end == 100 and not warmup.by_epoch
+    else:
+        ratio = {"stage2_paper": 0.2}.get(recipe, 0.1)
+        assert warmup.end == pytest.approx(ratio * cfg.train_cfg.max_epochs) and cfg.model.finetune == "full"
+
+
+def test_the_flexible_runner_path_runs_the_same_model(tiny_folder, nli_csv, tmp_path):
+    """The GPU recipes use FlexibleRunner (DeepSpeed / FSDP strategies); on CPU its
+    single-device strategy runs the same model, dataset and hooks."""
+    from mmengine.runner import FlexibleRunner
+
+    cfg = stage2_config("stage2_paper", tiny_folder, nli_csv, tmp_path)
+    cfg.runner_type = "FlexibleRunner"
+    cfg.strategy = dict(type="SingleDeviceStrategy")
+    runner = FlexibleRunner.from_cfg(cfg)
+    runner.train()  # the flexible runner builds the model here
+    after = runner.model.embedder.model.state_dict()
+    before = EOLEmbedder(tiny_folder).model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if ".visual." in k)
+    assert any(not torch.equal(before[k], after[k]) for k in before if ".language_model." in k)

@@ -1,0 +1,115 @@
+"""A tiny random Qwen2-VL (and Qwen2 LM) with a byte-level tokenizer and a Qwen-style chat
+template, all built here from configs: nothing is downloaded."""
+
+from __future__ import annotations
+
+import torch
+
+# Qwen2-VL's chat template, written for these tests: a default system turn, one
+# <|vision_start|><|x_pad|><|vision_end|> per image / video part, the generation prompt
+QWEN_CHAT = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+           "<|image_pad|>", "<|video_pad|>"]
+# 56 x 56 frames at most: 2 x 2 merged patches of 28 px
+MAX_PIXELS = 56 * 56
+
+
+def byte_tokenizer(chat_template: str | None = QWEN_CHAT):
+    """Every byte one token (a byte-level BPE without merges), plus Qwen2-VL's special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                   chat_template=chat_template)
+
+
+def tiny_processor(tokenizer=None):
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tokenizer = tokenizer or byte_tokenizer()
+    size = {"shortest_edge": 28 * 28, "longest_edge": MAX_PIXELS}
+    return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(size=size), tokenizer=tokenizer,
+                            video_processor=Qwen2VLVideoProcessor(size=size), chat_template=QWEN_CHAT)
+
+
+def tiny_qwen2vl_config(processor, hidden: int = 32, layers: int = 2):
+    from transformers import Qwen2VLConfig
+
+    tok = processor.tokenizer
+    heads = max(2, hidden // 16)
+    return Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2 or 1,
+                         max_position_embeddings=2048,
+                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2] if hidden // heads == 8
+                                          else [hidden // heads // 8, hidden // heads // 8, hidden // heads // 4],
+                                          "rope_theta": 10000.0},
+                         bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=dict(depth=2, embed_dim=16, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=processor.image_token_id, video_token_id=processor.video_token_id,
+        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
+        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
+    )
+
+
+def tiny_qwen2vl(seed: int = 0, hidden: int = 32, layers: int = 2):
+    """``(model, processor)``: a random 2-layer Qwen2-VL (hidden 32, 2-block vision tower), eval mode."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    processor = tiny_processor()
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(tiny_qwen2vl_config(processor, hidden, layers)).eval()
+    return model, processor
+
+
+def tiny_qwen2_lm(seed: int = 0):
+    """``(model, tokenizer)``: a random 2-layer Qwen2 causal LM over the byte tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = byte_tokenizer()
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=None,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return Qwen2ForCausalLM(config).eval(), tok
+
+
+def clip(num_frames: int = 4, height: int = 56, width: int = 56, seed: int = 0) -> torch.Tensor:
+    """Random uint8 frames ``(T, 3, H, W)``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (num_frames, 3, height, width), generator=g, dtype=torch.uint8)
+
+
+def write_clip(path, num_frames: int = 12, height: int = 56, width: int = 56) -> str:
+    """A lossless FFV1 video whose frame k is filled with the value 10 * k (decodes exactly)."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=8)
+        stream.width, stream.height, stream.pix_fmt = width, height, "bgr0"
+        for k in range(num_frames):
+            frame = np.full((height, width, 3), 10 * k, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return str(path)
