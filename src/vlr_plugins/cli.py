@@ -65,9 +65,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         if kind == "recipes":
             for name, path in list_recipes().items():
                 try:
-                    if name.startswith("lavis/"):  # LAVIS run configs (vlr lavis-train), not recipes
-                        with open(path, encoding="utf-8") as f:
-                            desc = "[LAVIS] " + yaml.safe_load(f)["vlr"]["description"]
+                    with open(path, encoding="utf-8") as f:
+                        native = (yaml.safe_load(f) or {}).get("vlr")
+                    if isinstance(native, dict):  # a trainer's own config (LAVIS run config, CaRe's MMEngine config)
+                        label = native.get("kind") or name.split("/")[0]
+                        desc = f"[{'LAVIS' if label == 'lavis' else label}] {native['description']}"
                     else:
                         desc = load_recipe(path).description
                 except Exception as e:  # a broken shipped recipe is shown, not hidden
@@ -79,8 +81,69 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dotted_set(items: Sequence[str]) -> dict[str, Any]:
+    """``--set`` items as MMEngine's dotted overrides; a mapping value replaces the whole
+    section (``optim_wrapper={type: OptimWrapper, optimizer: {...}}``) instead of merging."""
+    _parse_set(items)  # the same checks and messages as for recipes
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        value = yaml.safe_load(raw)
+        out[key.strip()] = {"_delete_": True, **value} if isinstance(value, dict) else value
+    return out
+
+
+def _train_native(args: argparse.Namespace, path: str) -> int:
+    """``vlr train care/...``: a recipe that is an MMEngine config already (integrations/mmengine/native.py)."""
+    from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
+    from vlr_plugins.integrations.mmengine.native import load_native_config
+    from vlr_plugins.integrations.mmengine.preflight import (
+        check_launcher,
+        check_output_file,
+        check_output_folder,
+        check_resume,
+        nothing_left_on_failure,
+    )
+
+    if args.image_embeddings or args.tokenizer:
+        option = "--image-embeddings" if args.image_embeddings else "--tokenizer"
+        raise UsageError(option, f"{args.recipe} is an MMEngine config: set its keys with --set")
+    with third_party_warnings(args.verbose):
+        cfg, vlr = load_native_config(path, overrides=_dotted_set(args.set or []), train=args.train,
+                                      work_dir=args.work_dir)
+        cfg.launcher = args.launcher
+        check_output_folder(cfg.work_dir, "--work-dir")
+        if args.resume:
+            check_resume(args.resume, cfg.work_dir)
+            cfg.resume = True
+            cfg.load_from = None if args.resume == "auto" else args.resume
+        if args.dump_config:
+            check_output_file(args.dump_config, "--dump-config")
+            cfg.dump(args.dump_config)
+            print(f"wrote {args.dump_config}")
+            return 0
+        check_launcher(args.launcher)
+        with nothing_left_on_failure(cfg.work_dir):
+            if cfg.get("runner_type") == "FlexibleRunner":
+                from mmengine.runner import FlexibleRunner
+
+                runner = FlexibleRunner.from_cfg(cfg)
+            else:
+                runner = build_runner(cfg, verbose=args.verbose)
+            print(f"training {vlr.get('name', args.recipe)} in {cfg.work_dir}", flush=True)
+            runner.train()
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from mmengine.config import Config
+
+    from vlr_plugins.integrations.mmengine.native import is_native_config
+    from vlr_plugins.recipe import find_recipe
+
+    path = find_recipe(args.recipe)
+    if is_native_config(path):
+        return _train_native(args, str(path))
 
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings

@@ -173,3 +173,27 @@ def test_the_flexible_runner_path_runs_the_same_model(tiny_folder, nli_csv, tmp_
     before = EOLEmbedder(tiny_folder).model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before if ".visual." in k)
     assert any(not torch.equal(before[k], after[k]) for k in before if ".language_model." in k)
+
+
+def test_vlr_train_runs_a_care_recipe_filled_from_the_command_line(tiny_folder, nli_csv, tmp_path, capsys):
+    from vlr_plugins.cli import main
+
+    work = tmp_path / "run"
+    argv = ["train", "care/stage2_paper", "--train", nli_csv, "--work-dir", str(work),
+            "--set", f"model.embedder.pretrained={tiny_folder}", f"train_dataloader.dataset.tokenizer={tiny_folder}",
+            "train_dataloader.batch_size=2", "train_dataloader.num_workers=0",
+            "train_dataloader.persistent_workers=false", "train_cfg.max_epochs=1",
+            "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}",
+            "env_cfg.dist_cfg.backend=gloo"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (work / "epoch_1.pth").is_file()
+    # a value left at '???' is named with the option that fills it, before anything runs
+    code = main(["train", "care/stage2_paper", "--work-dir", str(tmp_path / "other")])
+    err = capsys.readouterr().err
+    assert code == 2 and "model.embedder.pretrained" in err and "--train FILE" in err
+    assert not (tmp_path / "other").exists()
+    assert main(["train", "care/stage2_paper", "--set", "modle.x=1", "--work-dir", str(tmp_path / "o")]) == 2
+    assert "--set: modle.x" in capsys.readouterr().err
+    if not torch.cuda.is_available():  # the recipe's mixed precision is refused up front, with the way out
+        assert main(argv[:-2] + ["env_cfg.dist_cfg.backend=gloo"]) == 2
+        assert "AmpOptimWrapper" in capsys.readouterr().err
