@@ -146,7 +146,7 @@ def evaluate_benchmarks(
     """
     if tokenizer is None:
         _check_text_model(encoder, specs, budgets, truncation, rerank_k)
-        embed_dim = text_model_dim(encoder)
+        embed_dim = None  # the model's embed_dim, else learnt from the first benchmark's first text
     else:
         if rerank_k is not None:
             raise ConfigError("re-ranking needs a matching head (match_scores); a text encoder with a tokenizer "
@@ -161,6 +161,8 @@ def evaluate_benchmarks(
         budget = _budget(spec, budgets, max_positions, required=tokenizer is not None)
         sets = read_benchmark(spec)
         store = EmbeddingStore(spec.item_embeddings)
+        if tokenizer is None and embed_dim is None:
+            embed_dim = text_model_dim(encoder, sets[0].texts[0])
         if embed_dim is not None and store.dim != embed_dim:
             raise ConfigError(
                 f"{spec.where('item_embeddings')}: the embedding store {store.path} holds {store.dim}-d "

@@ -43,7 +43,7 @@ __all__ = ["TextModel", "encode_with_model", "load_text_model", "match_reranker"
            "text_model_dim", "text_model_source"]
 
 _PYTHON_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_PROBE = ["a person walks a dog along the beach"]
+_PROBE = "a person walks a dog along the beach"
 
 
 @runtime_checkable
@@ -120,12 +120,12 @@ def encode_with_model(model: Any, texts: Sequence[str], *, max_tokens: int | Non
     return torch.cat(out)
 
 
-def text_model_dim(model: Any) -> int:
-    """The width D of ``model``'s text embeddings: its ``embed_dim``, else from one text."""
+def text_model_dim(model: Any, text: str = _PROBE) -> int:
+    """The width D of ``model``'s text embeddings: its ``embed_dim``, else that of ``text`` encoded."""
     dim = getattr(model, "embed_dim", None)
     if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
         return dim
-    return int(encode_with_model(model, _PROBE, progress=False).shape[1])
+    return int(encode_with_model(model, [text], progress=False).shape[1])
 
 
 def match_reranker(model: Any, item_ids: Sequence[str], texts: Sequence[str],
