@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(images or videos; `vlr precompute`), in the papers' tables if asked (docs/eval.md).\n\n"
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
-                    "open_clip:ViT-L-14-ctx248:longclip-L.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
+                    "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
                     "or module:callable, an object with encode_text(texts) -> (N, D) (the module imported from\n"
                     "the current folder first; a class or function is called without arguments to make it).")
     s.add_argument("--model", required=True,

@@ -62,17 +62,17 @@ class OpenCLIPTextModel:
             return self.model.encode_text(tokens.to(device)).float()
 
 
-def _checked_file(path: str, setting: str) -> None:
+def _checked_file(path: str) -> None:
     """A checkpoint file torch (or safetensors) reads without running code, else one error naming it."""
     if path.endswith(".safetensors"):
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
+
+        from vlr_plugins.data.errors import DataFormatError
 
         try:
             with safe_open(path, framework="pt"):
                 pass
-        except Exception as e:  # safetensors raises its own error types for a bad header
-            from vlr_plugins.data.errors import DataFormatError
-
+        except (SafetensorError, OSError) as e:
             raise DataFormatError(path, f"not a safetensors file: {' '.join(str(e).split())}") from None
         return
     from vlr_plugins.checkpoint_meta import load_weights_only
@@ -84,7 +84,10 @@ def _architecture(name: str, setting: str) -> tuple[str, str | None]:
     """``(name, base)``: a known open_clip config, or ``<base>-ctx<N>`` of one (``base`` set)."""
     import open_clip
 
-    from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name, register_long_context_configs
+    from vlr_plugins.integrations.open_clip.long_context import (
+        parse_long_context_name,
+        register_long_context_configs,
+    )
 
     register_long_context_configs()
     parsed = parse_long_context_name(name)
@@ -111,7 +114,7 @@ def _weights(name: str, base: str | None, pretrained: str, setting: str) -> None
         raise UsageError(setting, f"{pretrained} is a folder: give a checkpoint file, a pretrained tag, or "
                                   f"open_clip:local-dir:{pretrained} for a folder open_clip saved")
     if os.path.isfile(pretrained):
-        _checked_file(pretrained, setting)
+        _checked_file(pretrained)
         return
     if os.sep in pretrained or "/" in pretrained or os.path.splitext(pretrained)[1]:
         raise MissingFileError(f"{setting}: no checkpoint at {pretrained}")
@@ -158,7 +161,9 @@ def load_open_clip_text_model(spec: str, *, setting: str = "--model",
     """
     import open_clip
 
-    from vlr_plugins.integrations.open_clip.long_context import create_long_context_model_and_transforms
+    from vlr_plugins.integrations.open_clip.long_context import (
+        create_long_context_model_and_transforms,
+    )
 
     if spec.startswith(_SCHEMAS):
         model_name, pretrained, base = spec, None, None
@@ -169,7 +174,7 @@ def load_open_clip_text_model(spec: str, *, setting: str = "--model",
         model_name, _, pretrained = spec.partition(":")
         if not model_name or not pretrained:
             raise UsageError(setting, f"expected open_clip:MODEL:CHECKPOINT_OR_TAG (e.g. open_clip:ViT-B-32:openai, "
-                                      f"open_clip:ViT-L-14-ctx248:longclip-L.pt), found 'open_clip:{spec}'")
+                                      f"open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt), found 'open_clip:{spec}'")
         model_name, base = _architecture(model_name, setting)
         _weights(model_name, base, pretrained, setting)
     try:

@@ -19,8 +19,16 @@ import yaml
 from vlr_plugins.data.video.sampling import FRAME_STRATEGIES
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["BenchmarkProtocol", "STORE_FRAMES_KEY", "STORE_SAMPLER_KEY", "TEXT_VIEWS", "check_store_sampling",
-           "list_protocols", "protocol_entries", "token_budgets"]
+__all__ = [
+    "STORE_FRAMES_KEY",
+    "STORE_SAMPLER_KEY",
+    "TEXT_VIEWS",
+    "BenchmarkProtocol",
+    "check_store_sampling",
+    "list_protocols",
+    "protocol_entries",
+    "token_budgets",
+]
 
 #: The views of a multi-view (dual-CLS) text encoder a protocol may ask for.
 TEXT_VIEWS = ("summary", "detailed")
