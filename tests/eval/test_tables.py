@@ -93,6 +93,9 @@ def test_benchmarks_not_scored_are_left_empty_and_said():
     # ReBias needs both variants
     half = fill_table(list_tables()["carebench-table4"], {"carebench/spatial": CLIP_B16["carebench/spatial"]}, "x")
     assert half["rows"][0]["values"][6:] == [None] * 7
+    # and a defined ratio: with every temporal recall 0 it is left empty
+    zero = {**CLIP_B16, "carebench/temporal": recalls((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))}
+    assert fill_table(list_tables()["carebench-table4"], zero, "x")["rows"][0]["values"][12] is None
 
 
 def test_a_table_is_plotted(tmp_path):

@@ -12,7 +12,8 @@ member                                  needed    meaning
 ``encode_text(..., view=)``             no        taken if named: the protocol's text view
                                                   (``"summary"`` or ``"detailed"``)
 ``embed_dim: int``                      no        checked against every store before encoding
-                                                  (without it one text is encoded to learn D)
+                                                  (without it the first benchmark's first text
+                                                  is encoded to learn D)
 ``max_positions: int``                  no        the largest budget it takes
 ``match_scores(item_ids, item_emb,      no        a matching head (ITM): the score of P (item,
 texts) -> (P,)``                                  text) pairs, higher is a better match;

@@ -11,7 +11,8 @@ name                   columns                                                  
 
 A column reads one metric of one benchmark's results (``msrvtt``, ``carebench/spatial``),
 or ReBias (:func:`~vlr_plugins.eval.rebias`) from two of them; a benchmark the run did not
-score is left empty ("–"), as the papers print an entry they do not have.
+score is left empty ("–"), as the papers print an entry they do not have, and so is a ReBias
+whose temporal recalls are all 0 (the ratio is undefined).
 """
 
 from __future__ import annotations
@@ -101,7 +102,10 @@ def _value(column: TableColumn, recall: Mapping[str, Mapping[str, float]]) -> fl
     if column.rebias:
         from vlr_plugins.eval.retrieval_bias import rebias
 
-        return rebias(recall[column.rebias[0]], recall[column.rebias[1]])
+        try:
+            return rebias(recall[column.rebias[0]], recall[column.rebias[1]])
+        except ValueError:  # every temporal recall 0: the ratio is undefined, left empty
+            return None
     return float(recall[column.benchmark][column.metric])
 
 
