@@ -344,6 +344,66 @@ def _check_budgets(specs, budgets: dict[str, int], overrides: dict[str, int], pr
         raise UsageError("--truncation", f"{max(truncation)} exceeds the text encoder's {max_positions} positions")
 
 
+def _table_names(text: str | None) -> list[str]:
+    """``--tables mvc-table1,carebench-table4`` -> the names, each a shipped table layout."""
+    from vlr_plugins.eval.tables import list_tables
+
+    if not text:
+        return []
+    names = [n.strip() for n in text.split(",")]
+    for name in names:
+        if name not in list_tables():
+            raise UsageError("--tables", f"unknown table {name!r}; known: {', '.join(list_tables())}")
+    if len(set(names)) < len(names):
+        raise UsageError("--tables", f"a table is named twice in {text!r}")
+    return names
+
+
+def _check_tables(names: Sequence[str], specs, benchmarks: str) -> None:
+    """Every table fills at least one column from the benchmarks; those it leaves empty are said."""
+    from vlr_plugins.eval.tables import list_tables
+
+    keys = [key for spec in specs for key in spec.result_keys()]
+    for name in names:
+        wanted = list_tables()[name].benchmarks()
+        missing = [b for b in wanted if b not in keys]
+        if len(missing) == len(wanted):
+            raise UsageError("--tables", f"{name} reads benchmarks {', '.join(wanted)}, and {benchmarks} scores none "
+                                         f"of them (it scores: {', '.join(keys)}); name them so, with text_kinds "
+                                         "for a text kind (docs/eval.md)")
+        if missing:
+            print(f"warning: --tables {name}: {benchmarks} does not score {', '.join(missing)}; "
+                  "their columns stay empty", file=sys.stderr)
+
+
+def _eval_model(args: argparse.Namespace, specs, budgets: dict[str, int], overrides: dict[str, int],
+                protocol: str | None, truncation: list[int] | None, device: str):
+    """``(model, tokenizer, budgets)`` of ``--model``: a checkpoint with its tokenizer and the
+    protocol's budgets, or a text model (open_clip, module:callable) and only the given ones."""
+    from vlr_plugins.eval.models import load_text_model, text_model_source
+
+    if text_model_source(args.model) == "checkpoint":
+        encoder = _text_encoder(args.model, "--model")
+        _check_budgets(specs, budgets, overrides, protocol, truncation, getattr(encoder, "max_positions", None),
+                       args.benchmarks)
+        tokenizer = _tokenizer(args.tokenizer, encoder, args.model)
+        if args.rerank_k is not None:
+            raise UsageError("--rerank-k", f"{args.model} is a text encoder without a matching head; re-ranking "
+                                           "needs a model with match_scores (docs/eval.md)")
+        return encoder.to(device), tokenizer, budgets
+    for option, given in (("--tokenizer", args.tokenizer), ("--truncation", truncation)):
+        if given:
+            raise UsageError(option, f"{args.model} tokenizes its texts itself; {option} is for `vlr train` "
+                                     "checkpoints and blip: models")
+    model = load_text_model(args.model, setting="--model", device=device)
+    _check_budgets(specs, overrides, overrides, protocol, None, getattr(model, "max_positions", None),
+                   args.benchmarks)
+    if args.rerank_k is not None and not callable(getattr(model, "match_scores", None)):
+        raise UsageError("--rerank-k", f"{args.model} has no matching head: re-ranking needs "
+                                       "match_scores(item_ids, item_emb, texts) (docs/eval.md)")
+    return model, None, overrides
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -358,20 +418,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     overrides = _pairs(args.budget, "--budget")
     budgets = token_budgets(protocol, overrides)
     truncation = _integers(args.truncation, "--truncation")
+    tables = _table_names(args.tables)
     device = _check_device(args.device)
     check_output_dir(args.out, "--out")
     specs = load_benchmark_specs(args.benchmarks)
-    encoder = _text_encoder(args.model, "--model")
-    _check_budgets(specs, budgets, overrides, protocol, truncation, getattr(encoder, "max_positions", None),
-                   args.benchmarks)
-    tokenizer = _tokenizer(args.tokenizer, encoder, args.model)
-    encoder = encoder.to(device)
+    _check_tables(tables, specs, args.benchmarks)
+    model, tokenizer, budgets = _eval_model(args, specs, budgets, overrides, protocol, truncation, device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
+
+    def warn(message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr)
+
     # the engine reads and checks every benchmark and store before it encodes the first text
     with torch.inference_mode():
-        result = evaluate_benchmarks(encoder, tokenizer, specs, budgets=budgets, truncation=truncation,
-                                     batch_size=args.batch_size, device=device)
-    report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol)
+        result = evaluate_benchmarks(model, tokenizer, specs, budgets=budgets, truncation=truncation,
+                                     batch_size=args.batch_size, device=device, protocol=protocol,
+                                     rerank_k=args.rerank_k, on_warning=warn)
+    report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol,
+                               tables=tables)
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
     print(report["table"])
@@ -557,14 +621,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     s.set_defaults(fn=cmd_precompute)
 
-    s = sub.add_parser("eval", help="recall@1/5/10 of a text encoder on benchmarks (streaming, exact)")
-    s.add_argument("--model", required=True, help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s = sub.add_parser(
+        "eval", help="recall@1/5/10 of a text model on image or video benchmarks (streaming, exact)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Recall@1/5/10, both directions, of a text model against precomputed item embeddings\n"
+                    "(images or videos; `vlr precompute`), in the papers' tables if asked (docs/eval.md).\n\n"
+                    "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
+                    "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
+                    "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
+                    "or module:callable, an object with encode_text(texts) -> (N, D) (the module imported from\n"
+                    "the current folder first; a class or function is called without arguments to make it).")
+    s.add_argument("--model", required=True,
+                   help="a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG or module:callable")
     s.add_argument("--benchmarks", required=True, help="YAML: benchmarks: [{name, reader, path, item_embeddings, ...}]")
     s.add_argument("--protocol", default="paragraph-supervision/table2",
-                   help="token budgets per benchmark (eval/protocols.yaml); 'none' for only --budget")
+                   help="per benchmark: token budget, frames and sampler, text view (eval/protocols.yaml); "
+                        "'none' for only --budget")
     s.add_argument("--budget", nargs="*", metavar="NAME=N", help="override a benchmark's token budget")
     s.add_argument("--truncation", metavar="20,40,...", help="also sweep these encoding budgets and plot them")
-    s.add_argument("--tokenizer", help="default: the encoder's")
+    s.add_argument("--tables", metavar="NAME,...",
+                   help="also lay the results out as the papers' tables: mvc-table1, mvc-table3, carebench-table3, "
+                        "carebench-table4")
+    s.add_argument("--rerank-k", type=_positive_int, metavar="K",
+                   help="re-rank each query's top K by the model's matching head (match_scores); UMT uses 128")
+    s.add_argument("--tokenizer", help="default: the encoder's (checkpoints and blip: only)")
     s.add_argument("--label", help="name of this model in the report (default: file name)")
     s.add_argument("--out", default="vlr-eval", help="the folder to write the results into")
     s.add_argument("--batch-size", type=_positive_int, default=256)

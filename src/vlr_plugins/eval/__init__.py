@@ -1,16 +1,51 @@
-"""Retrieval evaluation: exact recall in bounded memory, text encoding at a budget, and the
-papers' protocols (truncation sweep, ReBias, short-vs-long Pareto summary)."""
+"""Retrieval evaluation: exact recall in bounded memory, text encoding at a budget, the text
+models ``vlr eval`` scores, and the papers' protocols (truncation sweep, ReBias, short-vs-long
+Pareto summary, frames per video benchmark) and result tables."""
 
 from vlr_plugins.eval.benchmarks import BenchmarkSpec, load_benchmark_specs, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
 from vlr_plugins.eval.evaluate import evaluate_benchmarks, evaluate_retrieval_set, evaluate_splits
-from vlr_plugins.eval.protocols import list_protocols, token_budgets
-from vlr_plugins.eval.retrieval import retrieval_recall
+from vlr_plugins.eval.models import TextModel, encode_with_model, load_text_model, match_reranker
 from vlr_plugins.eval.pareto import pareto_frontier, pareto_summary, plot_pareto
+from vlr_plugins.eval.protocols import (
+    BenchmarkProtocol,
+    check_store_sampling,
+    list_protocols,
+    protocol_entries,
+    token_budgets,
+)
+from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias
+from vlr_plugins.eval.tables import fill_table, list_tables, plot_table, table_markdown
 from vlr_plugins.eval.truncation import TRUNCATION_BUDGETS, plot_truncation, truncation_sweep
 
-__all__ = ["BenchmarkSpec", "encode_texts", "evaluate_benchmarks", "evaluate_retrieval_set", "evaluate_splits",
-           "load_benchmark_specs", "read_benchmark", "list_protocols", "token_budgets", "retrieval_recall",
-           "TRUNCATION_BUDGETS", "pareto_frontier", "pareto_summary", "plot_pareto", "plot_truncation",
-           "rebias", "truncation_sweep"]
+__all__ = [
+    "TRUNCATION_BUDGETS",
+    "BenchmarkProtocol",
+    "BenchmarkSpec",
+    "TextModel",
+    "check_store_sampling",
+    "encode_texts",
+    "encode_with_model",
+    "evaluate_benchmarks",
+    "evaluate_retrieval_set",
+    "evaluate_splits",
+    "fill_table",
+    "list_protocols",
+    "list_tables",
+    "load_benchmark_specs",
+    "load_text_model",
+    "match_reranker",
+    "pareto_frontier",
+    "pareto_summary",
+    "plot_pareto",
+    "plot_table",
+    "plot_truncation",
+    "protocol_entries",
+    "read_benchmark",
+    "rebias",
+    "retrieval_recall",
+    "table_markdown",
+    "token_budgets",
+    "truncation_sweep",
+]

@@ -50,6 +50,10 @@ class BenchmarkSpec:
     text_kinds: tuple[str, ...] | None = None
     source: str | None = field(default=None, compare=False, repr=False)
 
+    def result_keys(self) -> list[str]:
+        """The names its results are reported under: ``name``, or ``name/kind`` per text kind."""
+        return [f"{self.name}/{kind}" for kind in self.text_kinds] if self.text_kinds else [self.name]
+
     def where(self, key: str | None = None) -> str:
         """``source`` and ``key``, as an error message starts (``b.yaml, benchmark 2, field 'args'``)."""
         where = self.source or f"benchmark {self.name!r}"

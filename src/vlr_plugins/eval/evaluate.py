@@ -1,8 +1,9 @@
-"""Evaluate a text encoder on retrieval benchmarks against stored item embeddings."""
+"""Evaluate a text encoder or text model on retrieval benchmarks against stored item embeddings."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -12,36 +13,57 @@ from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval.benchmarks import BenchmarkSpec, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
+from vlr_plugins.eval.models import encode_with_model, match_reranker, takes_keyword, text_model_dim
+from vlr_plugins.eval.protocols import check_store_sampling, protocol_entries
 from vlr_plugins.eval.retrieval import retrieval_recall
 
 __all__ = ["evaluate_retrieval_set", "evaluate_benchmarks", "evaluate_splits"]
 
 
 def evaluate_retrieval_set(
-    encoder: torch.nn.Module,
+    encoder: Any,
     tokenizer,
     rs: RetrievalSet,
     store: str | EmbeddingStore,
-    max_tokens: int,
+    max_tokens: int | None,
     *,
     ks: Sequence[int] = (1, 5, 10),
     batch_size: int = 256,
     device: str | torch.device | None = None,
     progress: bool = True,
+    view: str | None = None,
+    rerank_k: int | None = None,
+    rerank_batch: int = 64,
 ) -> dict[str, float]:
-    """Recall of ``encoder`` on ``rs``: its texts encoded at ``max_tokens``, its items from ``store``."""
+    """Recall of ``encoder`` on ``rs``: its texts encoded at ``max_tokens``, its items from ``store``.
+
+    ``encoder``: a text encoder ``encoder(input_ids, attention_mask)`` with its
+    ``tokenizer``, or (``tokenizer=None``) a text model (:mod:`vlr_plugins.eval.models`),
+    whose ``encode_text`` gets ``max_tokens`` and ``view`` if it takes them. With
+    ``rerank_k`` each query's top ``rerank_k`` candidates are re-scored by the model's
+    ``match_scores`` (:func:`~vlr_plugins.eval.models.match_reranker`).
+    """
     store = store if isinstance(store, EmbeddingStore) else EmbeddingStore(store)
     items = store.get(list(rs.item_ids))
-    texts = encode_texts(encoder, tokenizer, rs.texts, max_tokens, batch_size=batch_size,
-                         device=device, progress=progress, desc=f"encode {rs.name}")
-    return retrieval_recall(items, texts, rs.text_owner, ks=ks, device=device)
+    if tokenizer is not None:
+        texts = encode_texts(encoder, tokenizer, rs.texts, max_tokens, batch_size=batch_size,
+                             device=device, progress=progress, desc=f"encode {rs.name}")
+    else:
+        texts = encode_with_model(encoder, rs.texts, max_tokens=max_tokens, view=view, batch_size=batch_size,
+                                  progress=progress, desc=f"encode {rs.name}")
+    rerank = match_reranker(encoder, rs.item_ids, rs.texts, items) if rerank_k else None
+    return retrieval_recall(items, texts, rs.text_owner, ks=ks, device=device, rerank=rerank,
+                            rerank_k=rerank_k or 128, rerank_batch=rerank_batch)
 
 
-def _budget(spec: BenchmarkSpec, budgets: Mapping[str, int] | None, max_positions: int | None) -> int:
+def _budget(spec: BenchmarkSpec, budgets: Mapping[str, int] | None, max_positions: int | None,
+            required: bool = True) -> int | None:
     if spec.max_tokens is not None:
         budget, origin = spec.max_tokens, f"{spec.where('max_tokens')}: "
     elif spec.name in (budgets or {}):
         budget, origin = budgets[spec.name], f"benchmark {spec.name!r}: the budget given for it: "
+    elif not required:
+        return None
     else:
         raise ConfigError(f"benchmark {spec.name!r} has no token budget: give max_tokens, a --protocol "
                           f"that lists it, or --budget {spec.name}=N ({spec.where()})")
@@ -61,8 +83,26 @@ def _check_truncation(truncation: Sequence[int], max_positions: int | None) -> t
     return budgets
 
 
+def _check_text_model(model: Any, specs: Sequence[BenchmarkSpec], budgets: Mapping[str, int] | None,
+                      truncation: Sequence[int] | None, rerank_k: int | None) -> None:
+    """What a text model (no tokenizer) must offer for the options given."""
+    name = getattr(model, "name", None) or type(model).__name__
+    if not callable(getattr(model, "encode_text", None)):
+        raise ConfigError(f"{name} has no encode_text(texts) -> (N, D); see vlr_plugins.eval.models")
+    if truncation:
+        raise ConfigError(f"a truncation sweep encodes at budgets through a tokenizer; {name} tokenizes itself")
+    if not takes_keyword(model.encode_text, "max_tokens"):
+        for spec in specs:
+            if spec.max_tokens is not None or spec.name in (budgets or {}):
+                where = spec.where("max_tokens") if spec.max_tokens is not None else f"benchmark {spec.name!r}"
+                raise ConfigError(f"{where}: a token budget is given, but {name}.encode_text takes no max_tokens")
+    if rerank_k is not None and not callable(getattr(model, "match_scores", None)):
+        raise ConfigError(f"re-ranking needs a matching head, and {name} has no match_scores(item_ids, item_emb, "
+                          "texts); see vlr_plugins.eval.models")
+
+
 def evaluate_benchmarks(
-    encoder: torch.nn.Module,
+    encoder: Any,
     tokenizer,
     specs: Sequence[BenchmarkSpec],
     *,
@@ -71,49 +111,91 @@ def evaluate_benchmarks(
     batch_size: int = 256,
     device: str | torch.device | None = None,
     progress: bool = True,
+    protocol: str | None = None,
+    rerank_k: int | None = None,
+    rerank_batch: int = 64,
+    on_warning: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: {budget: metrics}}}``.
+    """``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: {budget: metrics}}}``,
+    and, when a protocol or re-ranking gives them, ``"text_views"``, ``"sampling"`` and ``"rerank_k"``.
 
-    A spec's ``max_tokens`` wins over ``budgets[name]``; one of them is required. With
-    ``text_kinds`` each kind is reported as ``name/kind``.
+    ``encoder``: a text encoder with its ``tokenizer`` (our checkpoints), or, with
+    ``tokenizer=None``, a text model (:mod:`vlr_plugins.eval.models`: open_clip, or any
+    object with ``encode_text``). For a text encoder a spec's ``max_tokens`` wins over
+    ``budgets[name]``, and one of them is required; a text model encodes at its own
+    length unless one of them is given (then its ``encode_text`` must take
+    ``max_tokens``). With ``text_kinds`` each kind is reported as ``name/kind``.
+
+    ``protocol`` (a name of :func:`~vlr_plugins.eval.list_protocols`): for each benchmark
+    it lists, the store's recorded frames and sampler are checked
+    (:func:`~vlr_plugins.eval.protocols.check_store_sampling`; a store that records none
+    is reported to ``on_warning``, default :func:`warnings.warn`), and its ``text_view``
+    is passed to a model whose ``encode_text`` takes ``view``. Its budgets are not read
+    here: pass them in ``budgets`` (:func:`~vlr_plugins.eval.token_budgets`).
+    ``rerank_k``: re-rank each query's top k with the model's ``match_scores`` (UMT's
+    k_test is 128), ``rerank_batch`` queries at a time.
 
     Every benchmark is read and checked before the first text is encoded, so that a
     problem in the last one does not end a long run: a missing or too large token budget
-    (more than the encoder's ``max_positions``), truncation budgets, the annotation file
+    (more than the encoder's ``max_positions``), truncation budgets, what the model
+    offers for the options, the annotation file
     (:func:`~vlr_plugins.eval.benchmarks.read_benchmark`), and the store: there, as wide
-    as the encoder's ``embed_dim``, with a row for every item and every shard readable.
-    Each problem is one :class:`~vlr_plugins.errors.UserError` naming the benchmark or
-    file.
+    as the model's text embeddings, with a row for every item and every shard readable,
+    its frames those of the protocol. Each problem is one
+    :class:`~vlr_plugins.errors.UserError` naming the benchmark or file.
     """
+    if tokenizer is None:
+        _check_text_model(encoder, specs, budgets, truncation, rerank_k)
+        embed_dim = None  # the model's embed_dim, else learnt from the first benchmark's first text
+    else:
+        if rerank_k is not None:
+            raise ConfigError("re-ranking needs a matching head (match_scores); a text encoder with a tokenizer "
+                              "has none")
+        embed_dim = getattr(encoder, "embed_dim", None)
     max_positions = getattr(encoder, "max_positions", None)
-    embed_dim = getattr(encoder, "embed_dim", None)
     sweep = _check_truncation(truncation, max_positions) if truncation else ()
+    entries = protocol_entries(protocol)
+    warn = on_warning or (lambda message: warnings.warn(message, stacklevel=3))
     planned = []
     for spec in specs:
-        budget = _budget(spec, budgets, max_positions)
+        budget = _budget(spec, budgets, max_positions, required=tokenizer is not None)
         sets = read_benchmark(spec)
         store = EmbeddingStore(spec.item_embeddings)
+        if tokenizer is None and embed_dim is None:
+            embed_dim = text_model_dim(encoder, sets[0].texts[0])
         if embed_dim is not None and store.dim != embed_dim:
             raise ConfigError(
                 f"{spec.where('item_embeddings')}: the embedding store {store.path} holds {store.dim}-d "
                 f"embeddings, but the text encoder embeds texts in {embed_dim}-d: give the store of the "
                 "image tower this model was trained against")
         store.check([i for rs in sets for i in rs.item_ids])
-        planned.append((spec, sets, store, budget))
+        entry = entries.get(spec.name)
+        unchecked = check_store_sampling(store.meta, entry, store=store.path, where=spec.where("item_embeddings"),
+                                         protocol=protocol)
+        if unchecked:
+            warn(unchecked)
+        planned.append((spec, sets, store, budget, entry))
 
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
-    for spec, sets, store, budget in planned:
-        for rs in sets:
-            key = spec.name if not spec.text_kinds else f"{spec.name}/{rs.name.rsplit('/', 1)[1]}"
+    for spec, sets, store, budget, entry in planned:
+        view = entry.text_view if entry is not None else None
+        for key, rs in zip(spec.result_keys(), sets):
             out["budgets"][key] = budget
+            if tokenizer is None and view is not None and takes_keyword(encoder.encode_text, "view"):
+                out.setdefault("text_views", {})[key] = view
+            if entry is not None and entry.frames is not None:
+                out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
             out["recall"][key] = evaluate_retrieval_set(encoder, tokenizer, rs, store, budget,
-                                                        batch_size=batch_size, device=device, progress=progress)
+                                                        batch_size=batch_size, device=device, progress=progress,
+                                                        view=view, rerank_k=rerank_k, rerank_batch=rerank_batch)
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
                 out["truncation"][key] = truncation_sweep(
                     encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
                     batch_size=batch_size, device=device, progress=progress)
+    if rerank_k is not None:
+        out["rerank_k"] = rerank_k
     return out
 
 

@@ -8,16 +8,32 @@ plot helpers of :mod:`~vlr_plugins.eval.report`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vlr_plugins._io import atomic_write_json, atomic_write_text
 from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
+from vlr_plugins.eval.tables import fill_table, list_tables, plot_table, table_markdown
 from vlr_plugins.eval.truncation import plot_truncation
 
 __all__ = ["write_eval_report"]
 
 _TABLE_METRICS = ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")
+
+
+def _settings(result: Mapping[str, Any]) -> str:
+    """The lines of ``results.md`` that say how each benchmark was encoded."""
+    own = "the model's own"
+    budgets = ", ".join(f"{n} {own if b is None else b}" for n, b in result["budgets"].items())
+    lines = [f"Token budgets: {budgets}."]
+    if result.get("sampling"):
+        lines.append("Frames: " + ", ".join(f"{n} {s['frames']} ({s['sampler']})"
+                                           for n, s in result["sampling"].items()) + ".")
+    if result.get("text_views"):
+        lines.append("Text views: " + ", ".join(f"{n} {v}" for n, v in result["text_views"].items()) + ".")
+    if result.get("rerank_k"):
+        lines.append(f"Re-ranked: the top {result['rerank_k']} candidates of each query by the matching head.")
+    return "\n".join(lines) + " "
 
 
 def write_eval_report(
@@ -27,20 +43,24 @@ def write_eval_report(
     model: str,
     label: str,
     protocol: str | None = None,
+    tables: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write the report of one model's evaluation into ``out_dir``; each file atomically.
 
     ``result``: what :func:`~vlr_plugins.eval.evaluate_benchmarks` returns
     (``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: curve}}``).
+    ``tables``: names of :func:`~vlr_plugins.eval.tables.list_tables` to fill in.
 
-    - ``results.json``: ``{"model", "label", "protocol", **result}``;
-    - ``results.md``: the token budgets and a recall table (one row, ``label``);
-    - ``recall.png`` and, per benchmark with a truncation sweep,
-      ``truncation-<benchmark>.png`` (``/`` in a name becomes ``-``); only with matplotlib
-      (the ``[plot]`` extra).
+    - ``results.json``: ``{"model", "label", "protocol", **result, "tables": {name: table}}``
+      (:func:`~vlr_plugins.eval.tables.fill_table`);
+    - ``results.md``: the token budgets (and frames, text views), a recall table (one row,
+      ``label``), then each of ``tables`` in its paper's layout;
+    - ``recall.png``, per benchmark with a truncation sweep ``truncation-<benchmark>.png``
+      (``/`` in a name becomes ``-``), and per table ``table-<name>.png``; only with
+      matplotlib (the ``[plot]`` extra).
 
-    Returns ``{"json": path, "markdown": path, "table": the Markdown table, "plots": the
-    plot paths, or None when matplotlib is not installed}``.
+    Returns ``{"json": path, "markdown": path, "table": the Markdown recall table and
+    tables, "plots": the plot paths, or None when matplotlib is not installed}``.
 
     Example::
 
@@ -49,11 +69,13 @@ def write_eval_report(
     """
     out = os.fspath(out_dir)
     json_path, md_path = os.path.join(out, "results.json"), os.path.join(out, "results.md")
-    atomic_write_json(json_path, {"model": str(model), "label": label, "protocol": protocol, **result})
+    filled = {name: fill_table(list_tables()[name], result["recall"], label, protocol=protocol) for name in tables}
+    atomic_write_json(json_path, {"model": str(model), "label": label, "protocol": protocol, **result,
+                                  **({"tables": filled} if filled else {})})
     names = list(result["recall"])
     table = recall_table_markdown({label: result["recall"]}, names, _TABLE_METRICS)
-    budgets_line = ", ".join(f"{n} {b}" for n, b in result["budgets"].items())
-    atomic_write_text(md_path, f"# Retrieval: {label}\n\nToken budgets: {budgets_line}. Recall in %.\n\n{table}")
+    table += "".join("\n" + table_markdown(t) for t in filled.values())
+    atomic_write_text(md_path, f"# Retrieval: {label}\n\n{_settings(result)}Recall in %.\n\n{table}")
     plots: list[str] | None = []
     try:
         path = os.path.join(out, "recall.png")
@@ -62,6 +84,10 @@ def write_eval_report(
         for name, curve in (result.get("truncation") or {}).items():
             path = os.path.join(out, f"truncation-{name.replace('/', '-')}.png")
             plot_truncation({label: curve}, path)
+            plots.append(path)
+        for name, filled_table in filled.items():
+            path = os.path.join(out, f"table-{name}.png")
+            plot_table(filled_table, path)
             plots.append(path)
     except ImportError:  # matplotlib is imported when the first plot is drawn
         plots = None
