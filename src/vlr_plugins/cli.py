@@ -292,7 +292,7 @@ def _text_encoder(spec: str, option: str):
         if not name:
             raise UsageError(option, "'blip:' needs a model name or folder after the colon")
         with loading_pretrained(name, option):
-            return load_text_encoder(spec)
+            return load_text_encoder(spec, setting=option)
     if os.path.isdir(spec):
         raise UsageError(option, f"{spec} is a folder: give the .pth checkpoint `vlr train` wrote, or "
                                  f"blip:{spec} for a BLIP model folder")
@@ -302,7 +302,7 @@ def _text_encoder(spec: str, option: str):
     # weights-only, with the architecture and the text encoder's weights: refused here, with
     # the file named, rather than by torch.load's traceback
     check_text_encoder_checkpoint(spec)
-    return load_text_encoder(spec)
+    return load_text_encoder(spec, setting=option)
 
 
 def _tokenizer(given: str | None, encoder: Any, model: str):

@@ -23,7 +23,7 @@ def test_a_missing_checkpoint_names_the_option(tmp_path):
 
 @pytest.mark.parametrize("content, words", [
     ({"state_dict": {}, "meta": {"where": Path("/tmp")}}, "pickled Python objects"),
-    (b"plain text, not a checkpoint\n", "pickled Python objects, which could run code"),
+    (b"plain text, not a checkpoint\n", "not a PyTorch checkpoint"),
     ({"weights": torch.zeros(2)}, "holds no 'state_dict'"),
     ({"state_dict": {"text_encoder.w": torch.zeros(2)}, "meta": {}}, "meta['vlr_text_encoder'] is missing"),
 ])

@@ -125,7 +125,9 @@ def test_a_damaged_shard_stops_construction_naming_it(tiny_world, tmp_path):
     with pytest.raises(DataFormatError, match=rf"^{shard}: "):
         dataset(tiny_world, image_embeddings=str(store))
     shard.unlink()
-    with pytest.raises(DataFormatError, match=rf"^{shard}: missing"):
+    from vlr_plugins.errors import MissingFileError
+
+    with pytest.raises(MissingFileError, match=rf"is missing its shard {shard}$"):
         dataset(tiny_world, image_embeddings=str(store))
 
 
