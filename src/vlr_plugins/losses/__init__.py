@@ -19,6 +19,7 @@ from vlr_plugins.losses.pcm import (
     principal_component_reconstruction,
 )
 from vlr_plugins.losses.video_text_fusion import VideoTextFusion
+from vlr_plugins.losses.video_text_pretraining import VideoTextPretrainingLoss
 from vlr_plugins.losses.vtc import VideoTextContrastiveLoss, video_text_contrastive
 from vlr_plugins.losses.vtm import VideoTextMatchingLoss, sample_hard_negatives, video_text_matching
 
@@ -39,4 +40,5 @@ __all__ = [
     "mask_tokens",
     "masked_language_modeling",
     "MaskedLanguageModelingLoss",
+    "VideoTextPretrainingLoss",
 ]
