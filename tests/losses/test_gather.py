@@ -8,7 +8,13 @@ import torch.distributed as dist
 from _gloo import run_on_ranks
 
 from vlr_plugins.losses import multi_positive_infonce
-from vlr_plugins.losses._gather import gather_owners, gather_rows_with_grad, should_gather
+from vlr_plugins.losses._gather import (
+    gather_owners,
+    gather_rows_at,
+    gather_rows_with_grad,
+    gather_sizes,
+    should_gather,
+)
 
 WORLD_SIZE = 2
 # (variant, hard_negative_scope, gather): gather=None must detect the 2-process group
@@ -31,6 +37,8 @@ def test_single_process_is_a_no_op():
     assert gather_rows_with_grad(x) is x
     owner, offsets = gather_owners(torch.tensor([0, 0, 1]), num_local_items=2)
     assert owner.tolist() == [0, 0, 1] and offsets.tolist() == [0]
+    assert gather_sizes(3) == [3]
+    torch.testing.assert_close(gather_rows_at(x, torch.tensor([2, 0, 2])), x[[2, 0, 2]])
 
 
 def _make_ranks() -> list[dict[str, torch.Tensor]]:
@@ -109,3 +117,42 @@ def test_two_processes_match_the_concatenated_batch(tmp_path):
         alone = _loss_and_grads(ranks[r], "mean_log", "batch", False)
         torch.testing.assert_close(result["local_only"]["loss"], alone["loss"])
         torch.testing.assert_close(result["local_only"]["image"], alone["image"])
+
+
+def _rows_at_ranks() -> list[dict[str, torch.Tensor]]:
+    """Rank 0 holds 3 rows, rank 1 holds 2; each asks for global rows, with repeats; rank 1
+    asks nothing of itself, and a weight per fetched row makes a loss."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 2, 3, generator=g, dtype=torch.float64)
+    return [
+        dict(x=x[:3], index=torch.tensor([4, 0, 4, 2, 3]), weight=torch.randn(5, 2, 3, generator=g,
+                                                                               dtype=torch.float64)),
+        dict(x=x[3:], index=torch.tensor([1, 1]), weight=torch.randn(2, 2, 3, generator=g,
+                                                                      dtype=torch.float64)),
+    ]
+
+
+def _rows_at_results(rank: int) -> dict[str, torch.Tensor]:
+    local = _rows_at_ranks()[rank]
+    x = local["x"].clone().requires_grad_()
+    rows = gather_rows_at(x, local["index"])
+    (rows * local["weight"]).sum().backward()
+    empty = gather_rows_at(local["x"], torch.zeros(0, dtype=torch.long))  # asking for nothing
+    return {"rows": rows.detach(), "grad": x.grad, "sizes": torch.tensor(gather_sizes(len(x))),
+            "empty": torch.tensor(empty.shape)}
+
+
+@pytest.mark.timeout(120)
+def test_rows_at_fetches_only_the_asked_rows_with_their_gradient(tmp_path):
+    results = run_on_ranks(_rows_at_results, WORLD_SIZE, tmp_path)
+    ranks = _rows_at_ranks()
+    full = torch.cat([r["x"] for r in ranks])
+    # the gradient of sum_r <weight_r, full[index_r]>: each asked row gets its weights, summed
+    grad = torch.zeros_like(full)
+    for r in ranks:
+        grad.index_add_(0, r["index"], r["weight"])
+    for r, result in enumerate(results):
+        torch.testing.assert_close(result["rows"], full[ranks[r]["index"]])
+        torch.testing.assert_close(result["grad"], grad[[0, 1, 2]] if r == 0 else grad[[3, 4]])
+        assert result["sizes"].tolist() == [3, 2]
+        assert result["empty"].tolist() == [0, 2, 3]

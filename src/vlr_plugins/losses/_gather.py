@@ -5,7 +5,9 @@ embeddings of all ranks (with gradient) and computes the same full loss, as
 open_clip's ``ClipLoss(local_loss=False, gather_with_grad=True)`` does. Unlike
 open_clip, ranks may hold different numbers of rows (images with several captions,
 a variable number of hard negatives), so sizes are exchanged first and rows are
-padded to the largest rank before the collective.
+padded to the largest rank before the collective. A loss that needs only a few rows
+of the global batch (the hard negatives of video-text matching, whose tokens are too
+large to gather whole) fetches just those rows with :func:`gather_rows_at`.
 
 Every function here is a no-op on a single process (``torch.distributed`` missing,
 not initialised, or a world of one), so the losses run unchanged without it.
@@ -18,7 +20,13 @@ import warnings
 import torch
 from torch import Tensor
 
-__all__ = ["should_gather", "gather_rows_with_grad", "gather_owners"]
+__all__ = [
+    "should_gather",
+    "gather_sizes",
+    "gather_rows_with_grad",
+    "gather_rows_at",
+    "gather_owners",
+]
 
 
 def _world_size() -> int:
@@ -52,6 +60,15 @@ def _gather_sizes(n: int, device: torch.device) -> list[int]:
     sizes = [torch.zeros_like(local) for _ in range(world)]
     dist.all_gather(sizes, local)
     return [int(s.item()) for s in sizes]
+
+
+def gather_sizes(n: int, device: torch.device | str = "cpu") -> list[int]:
+    """``n`` of every rank, in rank order (e.g. row counts, sequence lengths); ``[n]`` on a
+    single process. Every rank must call this collectively; ``device`` is where the
+    collective runs (the data's device: NCCL only moves CUDA tensors)."""
+    if _world_size() == 1:
+        return [n]
+    return _gather_sizes(n, torch.device(device))
 
 
 def _pad_rows(x: Tensor, rows: int) -> Tensor:
@@ -110,6 +127,78 @@ def gather_rows_with_grad(x: Tensor) -> Tensor:
     if _world_size() == 1:
         return x
     return _gather_padded(x, with_grad=True)[0]
+
+
+def gather_rows_at(x: Tensor, index: Tensor) -> Tensor:
+    """Rows ``index`` of the global batch (all ranks' ``x`` concatenated in rank order),
+    keeping the autograd graph, without gathering the whole batch.
+
+    Args:
+        x: ``(n_r, ...)`` on rank ``r``; ``n_r`` may differ between ranks, the trailing
+            dimensions, dtype and device may not.
+        index: ``(k_r,)`` integer indices into the global batch ``0 .. sum_r n_r - 1``;
+            each rank asks for its own rows, any number, repeats allowed.
+
+    Returns:
+        ``(k_r, ...)``: ``concat_r(x)[index]``; on a single process ``x[index]``. Every
+        rank must call this collectively, in the same order.
+
+    Only the requested rows travel (two ``all_to_all`` exchanges: the indices, then the
+    rows), so fetching e.g. one hard-negative video per caption costs one video's tokens
+    per caption instead of the whole global batch of tokens that
+    :func:`gather_rows_with_grad` would move. On the way back each row's gradient returns
+    to the rank that holds it (summed over every rank that asked for it); the DDP scaling
+    is that of :func:`gather_rows_with_grad` when every rank returns the global loss.
+    """
+    index = index.long()
+    if _world_size() == 1:
+        return x[index]
+    return _RowsAt.apply(x, index)
+
+
+class _RowsAt(torch.autograd.Function):
+    """Autograd all-to-all behind :func:`gather_rows_at`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor) -> Tensor:  # type: ignore[override]
+        import torch.distributed as dist
+
+        sizes = torch.tensor(_gather_sizes(x.shape[0], x.device), device=x.device)
+        ends = torch.cumsum(sizes, dim=0)
+        if bool(((index < 0) | (index >= ends[-1])).any()):
+            raise IndexError(f"gather_rows_at: index must lie in 0 .. {int(ends[-1]) - 1} (the "
+                             f"global batch); found {index.min().item()} .. {index.max().item()}")
+        holder = torch.searchsorted(ends, index, right=True)  # the rank holding each row
+        order = torch.argsort(holder, stable=True)
+        asked = torch.bincount(holder, minlength=len(sizes))  # rows this rank asks of each rank
+        served = torch.empty_like(asked)  # rows each rank asks of this rank
+        dist.all_to_all_single(served, asked)
+        asked_split, served_split = asked.tolist(), served.tolist()
+        wanted = (index - (ends - sizes)[holder])[order]  # local indices on the holder
+        to_serve = wanted.new_empty(sum(served_split))
+        dist.all_to_all_single(to_serve, wanted, output_split_sizes=served_split,
+                               input_split_sizes=asked_split)
+        rows = x.new_empty((index.shape[0], *x.shape[1:]))
+        dist.all_to_all_single(rows, x[to_serve].contiguous(), output_split_sizes=asked_split,
+                               input_split_sizes=served_split)
+        out = torch.empty_like(rows)
+        out[order] = rows
+        ctx.save_for_backward(to_serve, order)
+        ctx.splits = (asked_split, served_split)
+        ctx.rows = x.shape[0]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        import torch.distributed as dist
+
+        to_serve, order = ctx.saved_tensors
+        asked_split, served_split = ctx.splits
+        back = grad.new_empty((to_serve.shape[0], *grad.shape[1:]))
+        dist.all_to_all_single(back, grad[order].contiguous(), output_split_sizes=served_split,
+                               input_split_sizes=asked_split)
+        grad_x = grad.new_zeros((ctx.rows, *grad.shape[1:]))
+        return grad_x.index_add_(0, to_serve, back), None
 
 
 def gather_owners(owner: Tensor, num_local_items: int) -> tuple[Tensor, Tensor]:
