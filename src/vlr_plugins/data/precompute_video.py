@@ -21,12 +21,14 @@ What ``vlr precompute --videos SRC --encoder SPEC --out STORE`` expects:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
+import logging
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -271,6 +273,18 @@ def _tower_error(what: str, problem: str) -> VideoEncoderError:
     return VideoEncoderError(f"{what}: {problem}")
 
 
+@contextlib.contextmanager
+def _quiet_root_log() -> Iterator[None]:
+    """open_clip logs a failed download on the root logger before raising it; the raised
+    error is reported once, as a ModelLoadError."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
 def _open_clip_encoder(rest: str, what: str, setting: str) -> Any:
     from vlr_plugins.vision import FramePooledVideoEncoder
 
@@ -290,10 +304,11 @@ def _open_clip_encoder(rest: str, what: str, setting: str) -> Any:
                                  "(python -c 'import open_clip; print(open_clip.list_models())' lists them)")
     if pretrained and not os.path.isfile(pretrained) \
             and pretrained not in open_clip.list_pretrained_tags_by_model(model_name):
-        tags = ", ".join(open_clip.list_pretrained_tags_by_model(model_name)) or "none"
+        tags = open_clip.list_pretrained_tags_by_model(model_name)
+        tags = ", ".join(tags[:_SHOWN]) + (f", ... ({len(tags)} in all)" if len(tags) > _SHOWN else "") or "none"
         raise _tower_error(what, f"{pretrained!r} is neither a checkpoint file nor a pretrained tag of "
                                  f"{model_name} (its tags: {tags})")
-    with loading_pretrained(pretrained or model_name, setting):
+    with loading_pretrained(f"{model_name}:{pretrained}" if pretrained else model_name, setting), _quiet_root_log():
         try:
             model = open_clip.create_model(model_name, pretrained=pretrained)
         except (RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as e:
@@ -338,12 +353,13 @@ def _configured_encoder(path: Path, what: str, setting: str) -> Any:
     if checkpoint is not None:
         file = Path(checkpoint) if os.path.isabs(checkpoint) else path.parent / checkpoint
         if not file.exists():
-            raise MissingFileError(f"{setting} {path}, field 'checkpoint': no checkpoint at {file}")
+            raise MissingFileError(f"{what}, field 'checkpoint': no checkpoint at {file}")
         try:
             load_video_checkpoint(model, file, layout=layout)
         except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
-            message = e.args[0] if isinstance(e, KeyError) and e.args else e
-            raise _tower_error(f"{what}, field 'checkpoint'", f"{file}: {message}") from e
+            message = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
+            raise _tower_error(f"{what}, field 'checkpoint'",
+                               message if str(file) in message else f"{file}: {message}") from e
     return model
 
 

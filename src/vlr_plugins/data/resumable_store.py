@@ -323,7 +323,8 @@ def check_resumable_target(
     if not resume:
         if progress.unfinished:
             raise OutputExistsError(
-                f"an interrupted run left {progress.unfinished} embeddings for {out} in {work_dir_of(out)}; "
+                f"an interrupted run left {progress.unfinished} embedding{'s' if progress.unfinished != 1 else ''} "
+                f"for {out} in {work_dir_of(out)}; "
                 f"pass {resume_flag} to finish it, or {overwrite_flag} to start over")
         raise OutputExistsError(f"an embedding store already exists at {out}; pass {resume_flag} to add the "
                                 f"ids it lacks, or {overwrite_flag} to replace it")
