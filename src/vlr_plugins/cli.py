@@ -180,14 +180,13 @@ def cmd_precompute(args: argparse.Namespace) -> int:
         return 0
 
     from vlr_plugins.data.precompute_video import (
-        benchmark_videos,
         failures_path_of,
-        list_videos,
-        load_video_encoder,
         precompute_video_embeddings,
         video_store_meta,
     )
     from vlr_plugins.data.resumable_store import check_resumable_target, work_dir_of
+    from vlr_plugins.data.video_encoders import load_video_encoder
+    from vlr_plugins.data.video_sources import benchmark_videos, list_videos
 
     flags = {"resume_flag": "--resume", "overwrite_flag": "--overwrite"}
     check_resumable_target(args.out, resume=args.resume, overwrite=args.overwrite, **flags)

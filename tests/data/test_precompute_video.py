@@ -1,5 +1,5 @@
-"""Video stores: listing videos, loading video towers, precomputing (rows, workers, resume, kill -9,
-bad files, benchmarks) through the library and through `vlr precompute --videos / --benchmarks`."""
+"""Video stores: rows, windows, workers, seeds, resume, interruption, kill -9, bad files and
+benchmarks, through the library and through `vlr precompute --videos / --benchmarks`."""
 
 from __future__ import annotations
 
@@ -21,17 +21,14 @@ import torch
 from vlr_plugins.data import (
     DataFormatError,
     EmbeddingStore,
-    VideoEncoderError,
     VideoItem,
     failures_path_of,
     list_videos,
-    load_video_encoder,
     precompute_video_embeddings,
     sample_frames,
     video_transform,
     work_dir_of,
 )
-from vlr_plugins.errors import MissingFileError
 
 pytest.importorskip("av")
 pytest.importorskip("timm")
@@ -40,9 +37,6 @@ from _videos import write_audio_only, write_video  # noqa: E402
 
 FRAMES = 4
 TIMM_TOWER = dict(kind="timm", model_name="vit_tiny_patch16_224", img_size=32, depth=1, embed_dim=32, num_heads=2)
-TOWER_YAML = ("type: FramePooledVideoEncoder\n"
-              "tower: {kind: timm, model_name: vit_tiny_patch16_224, img_size: 32, depth: 1, embed_dim: 32, "
-              "num_heads: 2}\n")
 # a tower whose rows depend only on each video's own frames, whatever the batch; sleeps when asked
 PLAIN_TOWER = textwrap.dedent(
     """
@@ -116,105 +110,6 @@ def _rows(store: EmbeddingStore) -> torch.Tensor:
     return store.get(list(store.ids))
 
 
-# --------------------------------------------------------------------------- listing
-
-
-def test_list_videos_from_a_folder_a_txt_and_a_jsonl_list(clips, tmp_path):
-    (clips / ".hidden.mp4").write_bytes(b"x")
-    (clips / "notes.txt").write_text("not a video")
-    found = list_videos(clips)
-    assert [v.id for v in found] == ["a", "b", "c", "sub/d", "sub/e"]
-    assert found[3].path == clips / "sub" / "d.mp4" and found[3].window is None
-
-    (tmp_path / "list.txt").write_text(f"{clips}/sub/e.mp4\n\n{clips}/a.mp4\n")
-    assert [(v.id, v.path) for v in list_videos(tmp_path / "list.txt")] == [  # ids: the paths as written
-        (str(clips / "sub" / "e"), clips / "sub" / "e.mp4"), (str(clips / "a"), clips / "a.mp4")]
-
-    (tmp_path / "clips.jsonl").write_text(
-        json.dumps({"id": "a#0", "path": str(clips / "a.mp4"), "start": 0, "end": 0.2}) + "\n"
-        + json.dumps({"id": 7, "path": "missing.mp4"}) + "\n")
-    listed = list_videos(tmp_path / "clips.jsonl")
-    assert listed == [VideoItem("a#0", clips / "a.mp4", 0.0, 0.2), VideoItem("7", tmp_path / "missing.mp4")]
-    assert listed[0].window == (0.0, 0.2)
-
-
-@pytest.mark.parametrize("content, where", [
-    ('{"id": "a", "path": "a.mp4", "start": -1}\n', "line 1, field 'start': expected seconds"),
-    ('{"id": "a", "path": "a.mp4", "start": 2, "end": 1}\n', "line 1, field 'end': expected the end after"),
-    ('{"id": "a", "path": "a.mp4"}\n{"id": "a", "path": "b.mp4"}\n', "line 2, field 'id': duplicate video id 'a'"),
-])
-def test_a_bad_jsonl_list_names_line_and_field(tmp_path, content, where):
-    (tmp_path / "list.jsonl").write_text(content)
-    with pytest.raises(DataFormatError, match=where):
-        list_videos(tmp_path / "list.jsonl")
-
-
-def test_a_list_none_of_whose_videos_exist_is_refused(tmp_path):
-    (tmp_path / "list.txt").write_text("x.mp4\ny.mp4\n")
-    with pytest.raises(MissingFileError, match=r"none of the 2 videos listed in .*list.txt exist: .*x.mp4"):
-        list_videos(tmp_path / "list.txt")
-
-
-# --------------------------------------------------------------------------- towers
-
-
-def test_open_clip_tower_from_a_local_checkpoint(tmp_path):
-    open_clip = pytest.importorskip("open_clip")
-    from safetensors.torch import save_file
-
-    from vlr_plugins.vision import FramePooledVideoEncoder
-
-    config = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-              "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
-    (tmp_path / "vlr-precompute-tiny.json").write_text(json.dumps(config))
-    open_clip.add_model_config(tmp_path / "vlr-precompute-tiny.json")
-    model = open_clip.create_model("vlr-precompute-tiny").eval()
-    save_file(model.state_dict(), str(tmp_path / "tiny.safetensors"))
-
-    tower = load_video_encoder(f"open_clip:vlr-precompute-tiny:{tmp_path / 'tiny.safetensors'}")
-    clip = torch.randn(2, 3, 3, 32, 32)
-    with torch.no_grad():
-        expected = FramePooledVideoEncoder(tower=model).encode_video(clip)
-        torch.testing.assert_close(tower.encode_video(clip), expected)
-    assert tower.image_size == 32 and not tower.training
-
-
-def test_tower_config_with_a_checkpoint_gives_the_saved_tower(tmp_path, tower):
-    from safetensors.torch import save_file
-
-    save_file(tower.state_dict(), str(tmp_path / "tower.safetensors"))
-    (tmp_path / "tower.yaml").write_text(TOWER_YAML + "checkpoint: tower.safetensors\n")
-    loaded = load_video_encoder(str(tmp_path / "tower.yaml"))
-    clip = torch.randn(1, FRAMES, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.encode_video(clip), tower.encode_video(clip), rtol=0, atol=0)
-
-
-def test_a_tower_config_without_checkpoint_builds_the_same_tower_every_time(tmp_path):
-    (tmp_path / "tower.yaml").write_text(TOWER_YAML)
-    torch.manual_seed(123)
-    before = torch.random.get_rng_state()
-    first = load_video_encoder(str(tmp_path / "tower.yaml"))
-    assert torch.equal(before, torch.random.get_rng_state())  # the caller's random state is left alone
-    torch.manual_seed(456)
-    second = load_video_encoder(str(tmp_path / "tower.yaml"))
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
-
-
-def test_module_callable_towers_and_what_is_not_one(tmp_path, plain_tower_module, monkeypatch):
-    module = plain_tower_module.split(":")[0]
-    monkeypatch.chdir(tmp_path)
-    assert type(load_video_encoder(plain_tower_module)).__name__ == "Tower"  # a class, instantiated
-    (tmp_path / f"{module}_more.py").write_text(
-        f"from {module} import Tower\nINSTANCE = Tower()\ndef make():\n    return Tower()\n"
-        "def images(images):\n    return images\n")
-    assert type(load_video_encoder(f"{module}_more:INSTANCE")).__name__ == "Tower"
-    assert type(load_video_encoder(f"{module}_more:make")).__name__ == "Tower"
-    with pytest.raises(VideoEncoderError, match=r"--encoder .*images': .*needs some"):
-        load_video_encoder(f"{module}_more:images", setting="--encoder")
-    sys.modules.pop(f"{module}_more", None)
-
-
 # --------------------------------------------------------------------------- precompute
 
 
@@ -239,6 +134,13 @@ def test_a_clip_of_a_longer_video_is_encoded_from_its_window(clips, tower, tmp_p
                             _reference(tower, clips / "c.mp4", window=(0.0, 0.2))])
     torch.testing.assert_close(_rows(store), expected, rtol=0, atol=1e-5)
     assert not torch.allclose(expected[0], expected[1])
+
+    beyond = [VideoItem("c#after", clips / "c.mp4", 60.0, None), *items]
+    store, failed = precompute_video_embeddings(tower, beyond, tmp_path / "other", frames=FRAMES, num_workers=0,
+                                                progress=False)
+    assert failed == 1 and store.ids == ("c#late", "c#early")
+    failure = json.loads(failures_path_of(tmp_path / "other").read_text())
+    assert failure["id"] == "c#after" and "starts after the video's end" in failure["reason"]
 
 
 @pytest.mark.parametrize("sampler", ["middle", "rand"])
@@ -310,6 +212,39 @@ def test_bad_files_are_listed_with_path_and_reason_and_the_rest_stored(clips, to
     assert reasons["empty"]["path"] == str(folder / "empty.mp4") and reasons["empty"]["backend"] == "pyav"
     assert "Invalid data found" in reasons["empty"]["reason"] and "no video stream" in reasons["sound"]["reason"]
     assert all(r["error"].startswith(r["path"]) and r["reason"] in r["error"] for r in lines)
+
+
+class _Interrupted(_Counting):
+    """A tower whose run is stopped with Ctrl-C at its second batch."""
+
+    def encode_video(self, frames):
+        if self.videos:
+            raise KeyboardInterrupt
+        return super().encode_video(frames)
+
+
+def test_an_interrupted_run_keeps_its_rows_and_failures_for_resume(clips, tower, tmp_path):
+    items = [VideoItem("broken", tmp_path / "broken.mp4"), *list_videos(clips)]
+    (tmp_path / "broken.mp4").write_bytes(b"")
+    options = dict(frames=FRAMES, num_workers=0, progress=False, batch_size=3, flush_rows=100, meta={"encoder": "t"})
+    with pytest.raises(KeyboardInterrupt):
+        precompute_video_embeddings(_Interrupted(tower), items, tmp_path / "store", **options)
+    assert [json.loads(x)["id"] for x in failures_path_of(tmp_path / "store").read_text().splitlines()] == ["broken"]
+    assert not (tmp_path / "store").exists()
+    counting = _Counting(tower)
+    store, failed = precompute_video_embeddings(counting, items, tmp_path / "store", resume=True, **options)
+    assert counting.videos == 3 and failed == 1  # the first batch's two good videos were kept
+    assert store.ids == ("a", "b", "c", "sub/d", "sub/e")
+
+
+def test_the_command_offers_the_samplers_and_backends_of_the_library():
+    from vlr_plugins.cli import build_parser
+    from vlr_plugins.data import VIDEO_SAMPLERS
+    from vlr_plugins.data.video import VIDEO_BACKENDS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["precompute"]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
+    assert choices["sampler"] == VIDEO_SAMPLERS and choices["backend"] == VIDEO_BACKENDS
 
 
 def test_when_no_video_decodes_only_the_failures_are_written(tmp_path, tower):
@@ -422,7 +357,7 @@ def test_vlr_precompute_benchmarks_stores_the_ids_the_reader_gives(tmp_path, pla
         "     args: {media_root: MSRVTT/videos}}\n"
         "  - {name: msrvtt-again, reader: msrvtt, path: MSRVTT_JSFUSION_test.csv, item_embeddings: stores/videos,\n"
         "     args: {media_root: MSRVTT/videos}}\n")
-    code, out, err = _vlr(["precompute", "--benchmarks", "bench.yaml", "--encoder", plain_tower_module,
+    code, _, err = _vlr(["precompute", "--benchmarks", "bench.yaml", "--encoder", plain_tower_module,
                            "--out", "stores/videos", "--frames", FRAMES, "--workers", 0], tmp_path)
     assert code == 0, err
     store = EmbeddingStore(tmp_path / "stores" / "videos")

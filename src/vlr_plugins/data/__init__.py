@@ -24,12 +24,7 @@ from vlr_plugins.data.precompute import (
 )
 from vlr_plugins.data.precompute_video import (
     VIDEO_SAMPLERS,
-    VIDEO_SUFFIXES,
-    VideoItem,
-    benchmark_videos,
     failures_path_of,
-    list_videos,
-    load_video_encoder,
     precompute_video_embeddings,
     video_store_meta,
 )
@@ -58,6 +53,8 @@ from vlr_plugins.data.text_views import (
     check_samples_have_views,
     draw_texts,
 )
+from vlr_plugins.data.video_encoders import load_video_encoder
+from vlr_plugins.data.video_sources import VIDEO_SUFFIXES, VideoItem, benchmark_videos, list_videos
 from vlr_plugins.data.video import (
     CLIP_MEAN,
     CLIP_STD,
