@@ -24,12 +24,7 @@ import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.errors import DataFormatError, VideoEncoderError, _type_name
-from vlr_plugins.data.resumable_store import (
-    ResumableEmbeddingStoreWriter,
-    _named,
-    check_resumable_target,
-    work_dir_of,
-)
+from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, _named, check_resumable_target
 from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
 from vlr_plugins.data.video_encoders import _tower_device, _tower_dim, _tower_geometry
 from vlr_plugins.data.video_sources import VideoItem
@@ -192,6 +187,8 @@ def precompute_video_embeddings(
     from tqdm.auto import tqdm
 
     items = [v if isinstance(v, VideoItem) else VideoItem(v[0], Path(v[1])) for v in videos]
+    if not items:
+        raise ValueError("no videos to encode")
     first: dict[str, Path] = {}
     for item in items:
         if not isinstance(item.id, str):
@@ -219,7 +216,7 @@ def precompute_video_embeddings(
     done = set(earlier.ids) if earlier is not None else set()
     todo = [item for item in items if item.id not in done]
     failures_path = Path(failures) if failures is not None else failures_path_of(out_dir)
-    if earlier is not None and not todo and not earlier.unfinished and not work_dir_of(out_dir).exists():
+    if earlier is not None and not todo and earlier.finished:
         failures_path.unlink(missing_ok=True)
         return EmbeddingStore(out_dir), 0  # nothing to add
 
@@ -252,7 +249,7 @@ def precompute_video_embeddings(
                 bar.update(len(batch))
                 if failed:
                     bar.set_postfix(failed=len(failed))
-        if writer is None and earlier is not None:
+        if writer is None and earlier is not None and not earlier.finished:
             writer = writer_for(earlier.dim)  # every new video failed: finish the store with the rows there
         if writer is not None:
             writer.close()
@@ -266,7 +263,7 @@ def precompute_video_embeddings(
         _write_failures(failures_path, failed)
     else:
         failures_path.unlink(missing_ok=True)
-    if writer is None:
+    if writer is None and earlier is None:
         raise DataFormatError(failures_path, f"lists all {len(failed)} videos: none could be decoded (each line "
                                              "gives the decoder's reason); no store was written")
     return EmbeddingStore(out_dir), len(failed)

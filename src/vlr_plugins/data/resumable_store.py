@@ -229,6 +229,8 @@ class StoreProgress:
         dim, dtype, meta: the settings those rows were written with (``dtype`` a name).
         stored: rows in the finished store at ``out_dir``.
         unfinished: rows only in the work folder (:func:`work_dir_of`), not yet in a store.
+        finished: every row is in the finished store at ``out_dir`` and no earlier run left
+            anything beside it to finish or clean up.
     """
 
     out_dir: Path
@@ -238,6 +240,7 @@ class StoreProgress:
     meta: dict[str, Any]
     stored: int
     unfinished: int
+    finished: bool
 
     def differences(self, *, dim: int | None = None, dtype: torch.dtype | str | None = None,
                     meta: dict[str, Any] | None = None) -> list[str]:
@@ -279,8 +282,9 @@ def read_store_progress(out_dir: str | os.PathLike[str]) -> StoreProgress | None
     for _, _, part_ids in state.parts if state is not None else []:
         ids.extend(i for i in part_ids if i not in seen)
     stored = len(store) if store is not None else 0
+    finished = store_dir == out and not work.exists() and not old.exists()
     return StoreProgress(out, tuple(ids), settings["dim"], settings["dtype"], settings["meta"], stored,
-                         len(ids) - stored)
+                         len(ids) - stored, finished)
 
 
 def check_resumable_target(
