@@ -44,8 +44,13 @@ class MeanColor:
     def __call__(self, images):
         return torch.stack([torch.tensor(im.getpixel((0, 0)), dtype=torch.float32) for im in images])
 """
-WIDE_TOWER = "import torch\n\nclass Wide:\n    image_mean, image_std, image_size = (0.5,) * 3, (0.5,) * 3, (32, 48)\n\n" \
-             "    def encode_video(self, frames):\n        return frames.mean(dim=(1, 3, 4))\n"
+WIDE_TOWER = """
+class Wide:
+    image_mean, image_std, image_size = (0.5,) * 3, (0.5,) * 3, (32, 48)
+
+    def encode_video(self, frames):
+        return frames.mean(dim=(1, 3, 4))
+"""
 MSRVTT_CSV = ("key,vid_key,video_id,sentence\nret0,msr7579,video7579,a girl and a dog\n"
               "ret1,msr7725,video7725,people clapping\nret2,msr9258,video9258,a man sings\n")
 
@@ -156,7 +161,8 @@ CASES = [
                                               flag="--images"), ["--frames", "for --videos and --benchmarks"]),
     ("images: with --resume", {}, _precompute("{videos}", "enc:MeanColor", "{tmp}/store", "--resume", flag="--images"),
      ["--resume", "for --videos"]),
-    ("resume and overwrite together", {}, _precompute("{videos}", "tower.yaml", "{tmp}/store", "--resume", "--overwrite"),
+    ("resume and overwrite together", {},
+     _precompute("{videos}", "tower.yaml", "{tmp}/store", "--resume", "--overwrite"),
      ["--resume", "exclude each other"]),
     ("encoder: neither open_clip:, a config file nor module:callable", {}, _precompute(encoder="ViT-B-16"),
      ["--encoder", "'ViT-B-16'", "open_clip:MODEL[:PRETRAINED]", "module.sub:callable"]),
@@ -178,7 +184,8 @@ CASES = [
     ("encoder: a tower config with an argument the tower does not take", {"odd.yaml": TOWER + "pooling: max\n"},
      _precompute(encoder="odd.yaml"), ["--encoder", "'odd.yaml'", "cannot build a FramePooledVideoEncoder", "pooling"]),
     ("encoder: a tower config whose checkpoint is not there", {"ck.yaml": TOWER + "checkpoint: ck/tower.safetensors\n"},
-     _precompute(encoder="ck.yaml"), ["--encoder 'ck.yaml', field 'checkpoint'", "no checkpoint at ck/tower.safetensors"]),
+     _precompute(encoder="ck.yaml"),
+     ["--encoder 'ck.yaml', field 'checkpoint'", "no checkpoint at ck/tower.safetensors"]),
     ("encoder: a tower config whose checkpoint does not fit",
      {"fit.yaml": TOWER + "checkpoint: wide.safetensors\n", "wide.safetensors": _checkpoint_of_another_width},
      _precompute(encoder="fit.yaml"), ["--encoder", "field 'checkpoint'", "wide.safetensors", "(1, 1, 64)"]),
@@ -190,7 +197,8 @@ CASES = [
      ["--frames", "positive integer"]),
     ("frames: not what the space-time tower takes", {"st.yaml": SPACE_TIME},
      _precompute("{videos}", "st.yaml", "{tmp}/store", "--frames", 8), ["--frames", "takes 4-frame clips"]),
-    ("sampler: fps (a varying frame count)", {}, _precompute("{videos}", "tower.yaml", "{tmp}/store", "--sampler", "fps"),
+    ("sampler: fps (a varying frame count)", {},
+     _precompute("{videos}", "tower.yaml", "{tmp}/store", "--sampler", "fps"),
      ["--sampler", "invalid choice: 'fps'"]),
     ("backend: decord", {}, _precompute("{videos}", "tower.yaml", "{tmp}/store", "--backend", "decord"),
      ["--backend", "invalid choice: 'decord'"]),

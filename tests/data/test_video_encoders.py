@@ -52,7 +52,8 @@ def test_open_clip_tower_from_a_local_checkpoint(tmp_path):
 
     from vlr_plugins.vision import FramePooledVideoEncoder
 
-    config = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
+    config = {"embed_dim": 16,
+              "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
               "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
     (tmp_path / "vlr-precompute-tiny.json").write_text(json.dumps(config))
     open_clip.add_model_config(tmp_path / "vlr-precompute-tiny.json")

@@ -155,7 +155,8 @@ def _read_settings(path: Path, fmt: str) -> dict[str, Any]:
     if not isinstance(raw, dict) or raw.get("format") != fmt:
         raise DataFormatError(path, f"expected a {fmt} file; delete the folder to start over")
     dim, dtype, meta = raw.get("dim"), raw.get("dtype"), raw.get("meta", {})
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dtype not in _DTYPES or not isinstance(meta, dict):
+    bad_dim = isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0
+    if bad_dim or dtype not in _DTYPES or not isinstance(meta, dict):
         raise DataFormatError(path, f"expected a positive 'dim', a 'dtype' in {sorted(_DTYPES)} and an object "
                                     f"'meta', found {dim!r}, {dtype!r}, {_type_name(meta)}")
     return {"dim": dim, "dtype": dtype, "meta": meta}

@@ -43,21 +43,27 @@ def _quiet_root_log() -> Iterator[None]:
         logging.disable(previous)
 
 
+def _raise_download_error(error: Exception) -> None:
+    """open_clip wraps a failed download (an ``OSError``) in a ``RuntimeError``: raise the
+    download's own error, which ``loading_pretrained`` reports as a ModelLoadError."""
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, OSError):
+        raise cause from error
+
+
 def _open_clip_encoder(rest: str, what: str, setting: str) -> Any:
     from vlr_plugins.vision import FramePooledVideoEncoder
 
     if not rest:
         raise _tower_error(what, "needs a model name after 'open_clip:' (e.g. open_clip:ViT-B-16:openai)")
-    if rest.startswith(("hf-hub:", "local-dir:")):  # open_clip's own schemes carry their weights
-        model_name, pretrained = rest, None
-    else:
-        model_name, _, tag = rest.partition(":")
-        pretrained = tag or None
+    builtin = not rest.startswith(("hf-hub:", "local-dir:"))  # open_clip's own schemes carry their weights
+    model_name, _, tag = rest.partition(":") if builtin else (rest, "", "")
+    pretrained = tag or None
     try:
         import open_clip
     except ImportError as e:
         raise _tower_error(what, f"needs open_clip (pip install open_clip_torch): {e}") from None
-    if model_name == rest.split(":")[0] and model_name.replace("/", "-") not in open_clip.list_models():
+    if builtin and model_name.replace("/", "-") not in open_clip.list_models():
         raise _tower_error(what, f"open_clip has no model {model_name!r} "
                                  "(python -c 'import open_clip; print(open_clip.list_models())' lists them)")
     if pretrained and not os.path.isfile(pretrained) \
@@ -70,9 +76,7 @@ def _open_clip_encoder(rest: str, what: str, setting: str) -> Any:
         try:
             model = open_clip.create_model(model_name, pretrained=pretrained)
         except (RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as e:
-            cause = e.__cause__ or e.__context__
-            if isinstance(cause, OSError):  # open_clip wraps a failed download in a RuntimeError
-                raise cause from e
+            _raise_download_error(e)
             raise _tower_error(what, f"cannot build it: {type(e).__name__}: {e}") from e
     return FramePooledVideoEncoder(tower=model)
 
@@ -101,11 +105,12 @@ def _configured_encoder(path: Path, what: str, setting: str) -> Any:
     layout = cfg.pop("checkpoint_layout", "native" if kind == "FramePooledVideoEncoder" else "auto")
     if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint):
         raise _tower_error(f"{what}, field 'checkpoint'", f"expected a file path, found {json.dumps(checkpoint)}")
-    with loading_pretrained(str(path), setting), torch.random.fork_rng(devices=[]):
+    with loading_pretrained(str(path), setting), _quiet_root_log(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # a tower without a checkpoint starts the same in every run, so reruns agree
         try:
             model = MODELS.get(kind)(**cfg)
         except (TypeError, ValueError, KeyError, RuntimeError) as e:
+            _raise_download_error(e)
             message = e.args[0] if isinstance(e, KeyError) and e.args else e
             raise _tower_error(what, f"cannot build a {kind} from it: {message}") from e
     if checkpoint is not None:
@@ -143,7 +148,8 @@ def _imported_encoder(spec: str, what: str) -> Any:
         try:
             inspect.signature(obj).bind()
         except TypeError as e:
-            raise _tower_error(what, f"{attr} is called without arguments to make the tower, and it needs some ({e})")
+            raise _tower_error(what, f"{attr} is called without arguments to make the tower, and it needs "
+                                     f"some ({e})") from None
         except ValueError:  # a builtin without a signature: call it and see
             pass
         obj = obj()
@@ -157,8 +163,9 @@ def _tower_geometry(tower: Any, what: str) -> tuple[int, tuple[float, ...], tupl
     needed = ("encode_video", "image_mean", "image_std", "image_size")
     missing = [a for a in needed if not hasattr(tower, a)]
     if missing or not callable(tower.encode_video):
-        raise _tower_error(what, f"a {type(tower).__name__} is not a video tower (it lacks {', '.join(missing) or 'a callable encode_video'}); "
-                                 "expected encode_video(frames (B, T, 3, H, W)) -> (B, D) and the attributes image_mean, "
+        lacks = ", ".join(missing) or "a callable encode_video"
+        raise _tower_error(what, f"a {type(tower).__name__} is not a video tower (it lacks {lacks}); expected "
+                                 "encode_video(frames (B, T, 3, H, W)) -> (B, D) and the attributes image_mean, "
                                  "image_std, image_size (vlr_plugins.vision.VideoTower)")
     try:
         mean, std = normalization_of({"mean": tower.image_mean, "std": tower.image_std})

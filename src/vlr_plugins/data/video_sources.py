@@ -144,7 +144,8 @@ def list_videos(source: str | os.PathLike[str]) -> list[VideoItem]:
         found = _videos_in_folder(source)
         if not found:
             raise DataFormatError(source, f"no videos in this folder or below it (video files end in "
-                                          f"{' '.join(VIDEO_SUFFIXES)}, any case; hidden files and folders are skipped)")
+                                          f"{' '.join(VIDEO_SUFFIXES)}, any case; hidden files and folders "
+                                          "are skipped)")
         return found
     if not source.is_file():
         raise MissingFileError(f"no video folder or list at {source}")
