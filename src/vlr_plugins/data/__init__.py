@@ -1,6 +1,6 @@
 """Training data: samples with their texts, text views, media sources (stored embeddings,
-image files), video frames (sampling, decoding, transforms) and the one text-views
-dataset every trainer adapts.
+image files), embedding stores and their precompute (images and videos), video frames
+(sampling, decoding, transforms) and the one text-views dataset every trainer adapts.
 
 Importing this package needs only torch and the standard library; safetensors,
 pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are imported by the
@@ -9,12 +9,31 @@ functions that use them.
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data.errors import DataFormatError, ImageEncoderError, MissingEmbeddingsError, OutputExistsError
+from vlr_plugins.data.errors import (
+    DataFormatError,
+    ImageEncoderError,
+    MissingEmbeddingsError,
+    OutputExistsError,
+    VideoEncoderError,
+)
 from vlr_plugins.data.precompute import (
     BlipImageEncoder,
     list_images,
     load_encoder,
     precompute_image_embeddings,
+)
+from vlr_plugins.data.precompute_video import (
+    VIDEO_SAMPLERS,
+    failures_path_of,
+    precompute_video_embeddings,
+    video_store_meta,
+)
+from vlr_plugins.data.resumable_store import (
+    ResumableEmbeddingStoreWriter,
+    StoreProgress,
+    check_resumable_target,
+    read_store_progress,
+    work_dir_of,
 )
 from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
 from vlr_plugins.data.nli import NLI_COLUMNS, NLITriplet, read_nli_triplets
@@ -35,6 +54,8 @@ from vlr_plugins.data.text_views import (
     check_samples_have_views,
     draw_texts,
 )
+from vlr_plugins.data.video_encoders import load_video_encoder
+from vlr_plugins.data.video_sources import VIDEO_SUFFIXES, VideoItem, benchmark_videos, list_videos
 from vlr_plugins.data.video import (
     CLIP_MEAN,
     CLIP_STD,
@@ -73,14 +94,29 @@ __all__ = [
     "EmbeddingStore",
     "EmbeddingStoreWriter",
     "check_store_target",
+    "ResumableEmbeddingStoreWriter",
+    "StoreProgress",
+    "check_resumable_target",
+    "read_store_progress",
+    "work_dir_of",
     "DataFormatError",
     "ImageEncoderError",
     "MissingEmbeddingsError",
     "OutputExistsError",
+    "VideoEncoderError",
     "precompute_image_embeddings",
     "list_images",
     "load_encoder",
     "BlipImageEncoder",
+    "VIDEO_SAMPLERS",
+    "VIDEO_SUFFIXES",
+    "VideoItem",
+    "benchmark_videos",
+    "failures_path_of",
+    "list_videos",
+    "load_video_encoder",
+    "precompute_video_embeddings",
+    "video_store_meta",
     "RetrievalSet",
     "read_retrieval_jsonl",
     "DrawnText",

@@ -52,6 +52,32 @@ def _as_id_list(ids: Sequence[str], what: str) -> list[str]:
     return list(ids)
 
 
+def _checked_rows(ids: Sequence[str], emb: torch.Tensor, dim: int, dtype: torch.dtype,
+                  seen: set[str], what: str) -> tuple[list[str], torch.Tensor, set[str]]:
+    """``ids`` as a list, ``emb`` as contiguous CPU rows of ``dtype``, and the set of the ids;
+    refuses a wrong shape, an id repeated in the rows or already in ``seen``, and a row that
+    is not finite (as ``dtype``)."""
+    ids = _as_id_list(ids, what)
+    emb = torch.as_tensor(emb)
+    if emb.ndim != 2 or emb.shape[1] != dim:
+        raise ValueError(f"expected embeddings of shape (n, {dim}), found {tuple(emb.shape)}")
+    if len(ids) != emb.shape[0]:
+        raise ValueError(f"got {len(ids)} ids for {emb.shape[0]} embeddings")
+    batch: set[str] = set()
+    for i in ids:
+        if not isinstance(i, str):
+            raise TypeError(f"ids must be strings, found {_type_name(i)} {i!r}")
+        if i in seen or i in batch:
+            raise ValueError(f"duplicate id {i!r}: each id is stored once")
+        batch.add(i)
+    emb = emb.detach().to(device="cpu", dtype=dtype).contiguous()
+    finite = torch.isfinite(emb).all(dim=1)
+    if not bool(finite.all()):
+        bad = ids[int((~finite).nonzero()[0])]
+        raise ValueError(f"the embedding of id {bad!r} is not finite (NaN or inf) as {_dtype_name(dtype)}")
+    return ids, emb, batch
+
+
 def _is_store(path: Path) -> bool:
     try:
         return json.loads((path / _INDEX).read_text("utf-8")).get("format") == STORE_FORMAT
@@ -159,28 +185,7 @@ class EmbeddingStoreWriter:
         """Append rows. ``ids``: n distinct new strings; ``emb``: (n, D)."""
         if self._state != "open":
             raise RuntimeError(f"this EmbeddingStoreWriter for {self.out_dir} is {self._state}")
-        ids = _as_id_list(ids, "EmbeddingStoreWriter.add")
-        emb = torch.as_tensor(emb)
-        if emb.ndim != 2 or emb.shape[1] != self.dim:
-            raise ValueError(
-                f"expected embeddings of shape (n, {self.dim}), found {tuple(emb.shape)}"
-            )
-        if len(ids) != emb.shape[0]:
-            raise ValueError(f"got {len(ids)} ids for {emb.shape[0]} embeddings")
-        batch: set[str] = set()
-        for i in ids:
-            if not isinstance(i, str):
-                raise TypeError(f"ids must be strings, found {_type_name(i)} {i!r}")
-            if i in self._seen or i in batch:
-                raise ValueError(f"duplicate id {i!r}: each image is stored once")
-            batch.add(i)
-        emb = emb.detach().to(device="cpu", dtype=self.dtype).contiguous()
-        finite = torch.isfinite(emb).all(dim=1)
-        if not bool(finite.all()):
-            bad = ids[int((~finite).nonzero()[0])]
-            raise ValueError(
-                f"the embedding of id {bad!r} is not finite (NaN or inf) as {self.dtype_name}"
-            )
+        ids, emb, batch = _checked_rows(ids, emb, self.dim, self.dtype, self._seen, "EmbeddingStoreWriter.add")
         self._ids.extend(ids)
         self._seen.update(batch)
         self._pending.append(emb)

@@ -1,4 +1,4 @@
-"""Errors raised by the data readers, the embedding store and the image encoders.
+"""Errors raised by the data readers, the embedding store and the image and video encoders.
 
 Each says what was expected, what was found, and where, so that a bad record in a
 500K-line corpus can be fixed without a debugger. All are :class:`~vlr_plugins.errors.UserError`
@@ -14,7 +14,7 @@ from typing import Any
 
 from vlr_plugins.errors import UserError
 
-__all__ = ["DataFormatError", "ImageEncoderError", "MissingEmbeddingsError", "OutputExistsError"]
+__all__ = ["DataFormatError", "ImageEncoderError", "MissingEmbeddingsError", "OutputExistsError", "VideoEncoderError"]
 
 _MAX_LISTED = 20
 
@@ -105,6 +105,15 @@ class ImageEncoderError(UserError, ValueError):
 
     The import and attribute failures are also an ``ImportError`` / ``AttributeError``
     (:func:`image_encoder_error` picks the class), for callers that catch those.
+    """
+
+
+class VideoEncoderError(UserError, ValueError):
+    """A video-encoder spec (``vlr precompute --videos ... --encoder``,
+    :func:`~vlr_plugins.data.load_video_encoder`) names no usable video tower: the spec is
+    malformed, its module or tower config cannot be read or built, what it names is not a
+    :class:`~vlr_plugins.vision.VideoTower`, or the tower returned something other than one
+    finite row per video. The message names the spec and the setting that gave it.
     """
 
 
