@@ -185,3 +185,28 @@ def test_a_store_that_does_not_record_its_frames_is_evaluated_with_a_warning(wor
     err = capsys.readouterr().err
     assert f"warning: {bench}, benchmark 1, field 'item_embeddings'" in err
     assert "does not record its frames and sampler" in err and "16 frames, sampler middle" in err
+
+
+def test_from_video_files_to_the_tables_through_the_command_line(world, tmp_path):
+    """`vlr precompute --benchmarks` writes the store `vlr eval` reads: the same rows as the
+    frame-pooled tower run in the test, hence the same recall as the reference."""
+    store = tmp_path / "stores" / "msrvtt"
+    bench = tmp_path / "bench.yaml"
+    annotations = world["root"] / "msrvtt_data" / "MSRVTT_JSFUSION_test.csv"
+    videos = world["root"] / "MSRVTT" / "videos" / "all"
+    bench.write_text("benchmarks:\n"
+                     f"  - {{name: msrvtt, reader: msrvtt, path: {annotations}, item_embeddings: {store},\n"
+                     f"     args: {{media_root: {videos}}}}}\n")
+    spec = f"open_clip:local-dir:{world['clip']}"
+    assert main(["precompute", "--benchmarks", str(bench), "--encoder", spec, "--frames", "16",
+                 "--sampler", "middle", "--out", str(store), "--workers", "0"]) == 0
+    from vlr_plugins.data import EmbeddingStore
+
+    written = EmbeddingStore(store)
+    for item_id in world["sets"]["msrvtt"].item_ids:
+        torch.testing.assert_close(written.get([item_id])[0], world["emb"]["msrvtt16"][item_id], atol=1e-5, rtol=0)
+    report, _ = run_eval("eval", "--model", spec, "--benchmarks", str(bench), "--protocol",
+                         "multi-view-captions/zero-shot", "--tables", "mvc-table1", "--out", str(tmp_path / "out"))
+    expected = open_clip_reference(world, "msrvtt16", "msrvtt")
+    for key, value in expected.items():
+        assert report["recall"]["msrvtt"][key] == pytest.approx(value), key

@@ -159,36 +159,6 @@ def list_videos(source: str | os.PathLike[str]) -> list[VideoItem]:
     return items
 
 
-def _benchmark_specs(path: str) -> list[Any]:
-    """``load_benchmark_specs(path)``, except that a benchmark's store need not exist yet:
-    it is often the one this run writes."""
-    from vlr_plugins.eval import benchmarks
-
-    try:
-        return benchmarks.load_benchmark_specs(path)
-    except DataFormatError as e:
-        if e.field != "item_embeddings":
-            raise
-    # every other check passed; read each benchmark again, keeping the one whose store is missing
-    base = os.path.dirname(os.path.abspath(path))
-    first: dict[str, int] = {}
-    specs = []
-    for i, entry in enumerate(benchmarks._parse_yaml(path)["benchmarks"], start=1):
-        try:
-            specs.append(benchmarks._spec(path, base, i, entry, first))
-        except DataFormatError as e:
-            if e.field != "item_embeddings":
-                raise
-            resolved = {k: entry[k] if os.path.isabs(entry[k]) else os.path.join(base, entry[k])
-                        for k in ("path", "item_embeddings")}
-            kinds = entry.get("text_kinds")
-            specs.append(benchmarks.BenchmarkSpec(
-                name=entry["name"], reader=entry["reader"], args=dict(entry.get("args") or {}),
-                max_tokens=entry.get("max_tokens"), text_kinds=tuple(kinds) if kinds else None,
-                source=f"{path}, benchmark {i}", **resolved))
-    return specs
-
-
 def benchmark_videos(path: str | os.PathLike[str]) -> list[VideoItem]:
     """Every video of the benchmarks in a ``vlr eval`` benchmarks file, with the item ids their
     readers give (so ``vlr eval`` finds them in the store), each id once.
@@ -200,12 +170,12 @@ def benchmark_videos(path: str | os.PathLike[str]) -> list[VideoItem]:
     id and file); the same id for two different files is a :class:`DataFormatError`.
     Problems in the file are reported as ``vlr eval`` reports them.
     """
-    from vlr_plugins.eval.benchmarks import read_benchmark
+    from vlr_plugins.eval.benchmarks import load_benchmark_specs, read_benchmark
 
     path = os.fspath(path)
     items: dict[str, VideoItem] = {}
     origin: dict[str, str] = {}
-    for spec in _benchmark_specs(path):
+    for spec in load_benchmark_specs(path, require_stores=False):
         for retrieval_set in read_benchmark(spec):
             if retrieval_set.media is None:
                 break

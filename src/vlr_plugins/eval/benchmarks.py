@@ -89,7 +89,7 @@ def _parse_yaml(path: str) -> Any:
                               record=mark.line + 1 if mark is not None else None) from None
 
 
-def _spec(path: str, base: str, i: int, entry: Any, first: dict[str, int]) -> BenchmarkSpec:
+def _spec(path: str, base: str, i: int, entry: Any, first: dict[str, int], require_stores: bool) -> BenchmarkSpec:
     from vlr_plugins.registry import READERS
 
     def bad(key: str | None, problem: str) -> DataFormatError:
@@ -136,14 +136,14 @@ def _spec(path: str, base: str, i: int, entry: Any, first: dict[str, int]) -> Be
     if not os.path.isfile(resolved["path"]):
         what = "a folder" if os.path.isdir(resolved["path"]) else "not there"
         raise bad("path", f"expected the benchmark's annotation file, {resolved['path']} is {what}")
-    if not os.path.isfile(os.path.join(resolved["item_embeddings"], _STORE_INDEX)):
+    if require_stores and not os.path.isfile(os.path.join(resolved["item_embeddings"], _STORE_INDEX)):
         raise bad("item_embeddings", f"no embedding store at {resolved['item_embeddings']} (no {_STORE_INDEX}); "
                                      "write one with `vlr precompute`")
     return BenchmarkSpec(name=name, reader=entry["reader"], args=dict(args), max_tokens=max_tokens,
                          text_kinds=tuple(kinds) if kinds else None, source=f"{path}, benchmark {i}", **resolved)
 
 
-def load_benchmark_specs(path: str | os.PathLike) -> list[BenchmarkSpec]:
+def load_benchmark_specs(path: str | os.PathLike, *, require_stores: bool = True) -> list[BenchmarkSpec]:
     """Read ``benchmarks: [{name, reader, path, item_embeddings, args?, max_tokens?, text_kinds?}]``.
 
     Relative paths are taken relative to the YAML file. Everything that can be checked
@@ -154,6 +154,8 @@ def load_benchmark_specs(path: str | os.PathLike) -> list[BenchmarkSpec]:
     argument the reader does not take (``args.<name>``; the message lists those it
     takes), a budget below 3, an annotation file or embedding store that is not there.
     A benchmarks file that is not there is a :class:`~vlr_plugins.errors.MissingFileError`.
+    ``require_stores=False`` lets the embedding stores be missing (``vlr precompute
+    --benchmarks`` writes them).
 
     Example::
 
@@ -177,7 +179,7 @@ def load_benchmark_specs(path: str | os.PathLike) -> list[BenchmarkSpec]:
             raise DataFormatError(path, "unknown key (a benchmarks file holds only 'benchmarks:')", field=key)
     base = os.path.dirname(os.path.abspath(path))
     first: dict[str, int] = {}
-    return [_spec(path, base, i, entry, first) for i, entry in enumerate(raw["benchmarks"], start=1)]
+    return [_spec(path, base, i, entry, first, require_stores) for i, entry in enumerate(raw["benchmarks"], start=1)]
 
 
 def read_benchmark(spec: BenchmarkSpec) -> list[RetrievalSet]:
