@@ -203,6 +203,25 @@ def test_a_single_cls_encoder_exports_as_one(tiny_tokenizer, tiny_tokenizer_dir,
         assert torch.equal(summary, single(batch["input_ids"], batch["attention_mask"]))
 
 
+def test_the_config_round_trips_through_save_pretrained(tiny_tokenizer, tmp_path):
+    from transformers import AutoConfig, BertConfig
+
+    config = VlrDualCLSTextEncoderConfig(text_config=bert_config(tiny_tokenizer, layers=3), embed_dim=16,
+                                         num_fusion_layers=1, video_width=VIDEO_WIDTH, dual_cls=False,
+                                         default_view="detailed", token_budgets={"summary": 64, "detailed": 128})
+    config.save_pretrained(tmp_path)
+    back = AutoConfig.from_pretrained(tmp_path)
+    assert type(back) is VlrDualCLSTextEncoderConfig
+    assert {**back.to_dict(), "_name_or_path": ""} == {**config.to_dict(), "_name_or_path": ""}
+    assert isinstance(back.text_config, BertConfig) and back.text_config.num_hidden_layers == 3
+    assert (back.num_text_layers, back.video_width, back.dual_cls, back.view_index()) == (2, VIDEO_WIDTH, False, 1)
+    assert back.max_positions == 160 and back.max_tokens_for() == 128
+    with pytest.raises(ValueError, match=r"token budgets \{'detailed': 200, 'default_max_tokens': 200\} exceed "
+                                         r"the text encoder's 160 positions"):
+        VlrDualCLSTextEncoderConfig(text_config=bert_config(tiny_tokenizer, layers=3), num_fusion_layers=1,
+                                    token_budgets={"detailed": 200})
+
+
 def test_config_and_view_arguments_are_checked(encoder, exported):
     with pytest.raises(ValueError, match=r"num_fusion_layers must be an int in 0..11, found 12"):
         VlrDualCLSTextEncoderConfig(num_fusion_layers=12)
