@@ -139,8 +139,8 @@ def export_text_encoder(
     Writes ``config.json`` (a member of the vlr retrieval family: ``vlr_blip_text_encoder``,
     ``vlr_dual_cls_text_encoder``), ``model.safetensors`` and the tokenizer files; with
     ``remote_code`` also the member's ``modeling_vlr*.py`` / ``configuration_vlr*.py`` and
-    the config's ``auto_map``, so ``AutoModel.from_pretrained(out_dir, trust_remote_code=True)`` works
-    where vlr-plugins is not installed. Without it, ``import vlr_plugins.hf`` is needed.
+    the config's ``auto_map``, so ``AutoModel.from_pretrained(out_dir, trust_remote_code=True)``
+    works where vlr-plugins is not installed. Without it, ``import vlr_plugins.hf`` is needed.
 
     ``recipe``: its name, or the ``Recipe`` (or ``Recipe.to_dict()``) that trained the
     encoder, whose text views give the token budgets and whose ``model.pretrained`` names
