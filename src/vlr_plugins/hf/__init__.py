@@ -10,7 +10,8 @@ The family: :class:`VlrRetrievalConfig` / :class:`VlrRetrievalPreTrainedModel` h
 every retrieval encoder shares (embedding size, token budgets, image-embedding space,
 recipe; ``forward`` / ``encode_text`` / ``get_text_features``); each member is one
 config + model pair with its own ``model_type``, listed in :data:`FAMILY`
-(:mod:`vlr_plugins.hf.family`).
+(:mod:`vlr_plugins.hf.family`): :class:`VlrTextEncoderModel` (BLIP's text side) and
+:class:`VlrDualCLSTextEncoderModel` (MVC's dual-CLS BERT, ``encode_text(..., view=)``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.hf.configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
+from vlr_plugins.hf.configuration_vlr_dual_cls import VlrDualCLSTextEncoderConfig
 from vlr_plugins.hf.export import check_export_target, export_text_encoder
 from vlr_plugins.hf.family import FAMILY, register_auto_classes
 from vlr_plugins.hf.modeling_vlr import (
@@ -26,9 +28,12 @@ from vlr_plugins.hf.modeling_vlr import (
     VlrTextEncoderModel,
     VlrTextEncoderOutput,
 )
+from vlr_plugins.hf.modeling_vlr_dual_cls import VlrDualCLSTextEncoderModel
 
 __all__ = [
     "FAMILY",
+    "VlrDualCLSTextEncoderConfig",
+    "VlrDualCLSTextEncoderModel",
     "VlrRetrievalConfig",
     "VlrRetrievalPreTrainedModel",
     "VlrTextEncoderConfig",

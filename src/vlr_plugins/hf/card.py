@@ -27,6 +27,20 @@ METRIC_NAMES = {
 }
 
 
+def _architecture(encoder: Mapping[str, Any]) -> str:
+    """How the card names the text encoder ``meta['vlr_text_encoder']`` describes."""
+    if encoder.get("type") == "DualCLSTextEncoder":
+        layers = (encoder.get("config") or {}).get("num_hidden_layers")
+        fusion = encoder.get("num_fusion_layers")
+        split = f" ({layers - fusion} text + {fusion} fusion layers)" if isinstance(layers, int) \
+            and isinstance(fusion, int) else ""
+        if encoder.get("dual_cls", True):
+            return (f"a BERT text encoder{split} with one CLS token per caption view (`view=\"summary\"` or "
+                    "`view=\"detailed\"`) + text projection")
+        return f"a BERT text encoder{split} with a single CLS token + text projection"
+    return "BLIP text encoder + text projection"
+
+
 def _template(name: str) -> str:
     for root in shipped_dirs("model_cards"):
         path = root / name
@@ -179,8 +193,9 @@ def card_files(
     files = {"eval_results.json": json.dumps(evals, indent=2) + "\n"} if eval_paths else {}
     recipe = meta.get("vlr_recipe")
     if recipe is not None:
-        encoder_dim = (meta.get("vlr_text_encoder") or {}).get("embed_dim")
+        encoder = meta.get("vlr_text_encoder") or {}
         card = build_model_card(recipe, model_name=model_name, loss=meta.get("vlr_loss"), repo_id=repo_id,
-                                eval_results=evals, embed_dim=encoder_dim, license=license)
+                                eval_results=evals, embed_dim=encoder.get("embed_dim"), license=license,
+                                architecture=_architecture(encoder))
         files["README.md"] = str(card)
     return files

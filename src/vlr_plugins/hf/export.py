@@ -132,14 +132,15 @@ def export_text_encoder(
 ) -> Path:
     """Write ``out_dir``: a folder ``AutoModel.from_pretrained`` loads, with or without vlr-plugins.
 
-    ``encoder_or_checkpoint``: a ``BlipTextEncoder``, a ``vlr train`` checkpoint (``.pth``)
-    or ``blip:<hub name or folder>`` (see :func:`vlr_plugins.text.load_text_encoder`).
+    ``encoder_or_checkpoint``: a ``BlipTextEncoder`` or ``DualCLSTextEncoder``, a ``vlr
+    train`` checkpoint (``.pth``) of one, or ``blip:<hub name or folder>`` (see
+    :func:`vlr_plugins.text.load_text_encoder`).
 
-    Writes ``config.json`` (a member of the vlr retrieval family, e.g.
-    ``vlr_blip_text_encoder``), ``model.safetensors`` and the tokenizer files; with
-    ``remote_code`` also ``modeling_vlr.py`` / ``configuration_vlr.py`` and the config's
-    ``auto_map``, so ``AutoModel.from_pretrained(out_dir, trust_remote_code=True)`` works
-    where vlr-plugins is not installed. Without it, ``import vlr_plugins.hf`` is needed.
+    Writes ``config.json`` (a member of the vlr retrieval family: ``vlr_blip_text_encoder``,
+    ``vlr_dual_cls_text_encoder``), ``model.safetensors`` and the tokenizer files; with
+    ``remote_code`` also the member's ``modeling_vlr*.py`` / ``configuration_vlr*.py`` and
+    the config's ``auto_map``, so ``AutoModel.from_pretrained(out_dir, trust_remote_code=True)``
+    works where vlr-plugins is not installed. Without it, ``import vlr_plugins.hf`` is needed.
 
     ``recipe``: its name, or the ``Recipe`` (or ``Recipe.to_dict()``) that trained the
     encoder, whose text views give the token budgets and whose ``model.pretrained`` names
@@ -188,8 +189,11 @@ def export_text_encoder(
     if token_budgets is not None:
         budgets = {str(k): v for k, v in token_budgets.items()}
     embed_dim = encoder.embed_dim
+    # a BLIP checkpoint names its own image space; a pretrained BERT names none
+    pretrained = ((getattr(encoder, "pretrained", None) or recipe_pretrained)
+                  if model_cls.vlr_image_space_from_pretrained else None)
     space = (dict(image_embedding_space) if image_embedding_space is not None
-             else _image_space(getattr(encoder, "pretrained", None) or recipe_pretrained, embed_dim))
+             else _image_space(pretrained, embed_dim))
     model = model_cls.from_vlr_encoder(encoder, token_budgets=budgets, image_embedding_space=space,
                                        recipe=recipe_name, vlr_plugins_version=vlr_plugins.__version__)
 

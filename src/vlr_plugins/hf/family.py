@@ -2,20 +2,23 @@
 
 Kept apart from the package ``__init__`` so that :mod:`~vlr_plugins.hf.export` can look a
 member up without importing the package that imports it. Only the package imports
-``configuration_vlr`` / ``modeling_vlr`` from here: those two files travel as remote code in
+``configuration_vlr*`` / ``modeling_vlr*`` from here: those files travel as remote code in
 exported folders and import nothing of vlr_plugins.
 """
 
 from __future__ import annotations
 
 from vlr_plugins.hf.configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
+from vlr_plugins.hf.configuration_vlr_dual_cls import VlrDualCLSTextEncoderConfig
 from vlr_plugins.hf.modeling_vlr import VlrRetrievalPreTrainedModel, VlrTextEncoderModel
+from vlr_plugins.hf.modeling_vlr_dual_cls import VlrDualCLSTextEncoderModel
 
 __all__ = ["FAMILY", "register_auto_classes"]
 
 #: (config, model) of every member of the vlr retrieval family; one line per model type
 FAMILY: tuple[tuple[type[VlrRetrievalConfig], type[VlrRetrievalPreTrainedModel]], ...] = (
     (VlrTextEncoderConfig, VlrTextEncoderModel),
+    (VlrDualCLSTextEncoderConfig, VlrDualCLSTextEncoderModel),
 )
 
 

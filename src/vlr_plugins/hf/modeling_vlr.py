@@ -43,13 +43,17 @@ class VlrRetrievalPreTrainedModel(PreTrainedModel):
     - ``_project(pooled)`` -> (N, embed_dim), before normalisation.
 
     ``vlr_encoder_type`` names the vlr-plugins text encoder (its ``MODELS`` registry
-    name) that a member exports, so ``vlr_plugins.hf.export_text_encoder`` finds it.
+    name) that a member exports, so ``vlr_plugins.hf.export_text_encoder`` finds it;
+    ``vlr_image_space_from_pretrained`` says whether that encoder's ``pretrained`` model
+    also names the image-embedding space its texts were aligned to (BLIP's does; a BERT
+    does not), which the export then records.
     """
 
     config_class = VlrRetrievalConfig
     base_model_prefix = "vlr"
     main_input_name = "input_ids"
     vlr_encoder_type = None
+    vlr_image_space_from_pretrained = False
 
     def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _encode")
@@ -122,6 +126,7 @@ class VlrTextEncoderModel(VlrRetrievalPreTrainedModel):
 
     config_class = VlrTextEncoderConfig
     vlr_encoder_type = "BlipTextEncoder"
+    vlr_image_space_from_pretrained = True
     _no_split_modules = ["BlipTextLayer"]
 
     def __init__(self, config: VlrTextEncoderConfig) -> None:

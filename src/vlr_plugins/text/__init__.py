@@ -1,4 +1,4 @@
-"""Text side: the BLIP text encoder, tokenizers and text-length extension.
+"""Text side: the BLIP text encoder, MVC's dual-CLS text encoder, tokenizers and text-length extension.
 
 Names are resolved on first use, so ``import vlr_plugins.text`` needs neither
 ``transformers`` nor ``tokenizers``.
@@ -10,12 +10,18 @@ from __future__ import annotations
 from vlr_plugins._lazy import lazy_exports
 
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
+from vlr_plugins.text.dual_cls import VIEWS, DualCLSTextEncoder, DualCLSTextOutput
 from vlr_plugins.text.length import extend_text_context, tokenizer_for_length
 from vlr_plugins.text.load import load_text_encoder
 from vlr_plugins.text.positions import freeze_leading_rows, stretch_positional_embedding
+from vlr_plugins.text.video_cross_attention import VideoCrossAttention
 
 __all__ = [
     "BlipTextEncoder",
+    "DualCLSTextEncoder",
+    "DualCLSTextOutput",
+    "VIEWS",
+    "VideoCrossAttention",
     "build_wordpiece_tokenizer",
     "extend_text_context",
     "freeze_leading_rows",
