@@ -334,3 +334,18 @@ def test_what_no_encoder_is_built_from(tok, tok_dir):
         enc(b["input_ids"], b["attention_mask"], torch.tensor([0, 2, 1]))
     with pytest.raises(ValueError, match=r"view_ids must be \(3,\) integers"):
         enc(b["input_ids"], b["attention_mask"], torch.zeros(2, dtype=torch.long))
+
+
+def test_vlr_eval_encodes_a_benchmark_in_the_protocol_s_view(tok, tok_dir):
+    from vlr_plugins.eval.encode import encode_texts
+
+    enc = make(tok, tok_dir)
+    set_detailed_cls_apart(enc)
+    batch = tok(TEXTS, truncation=True, max_length=128, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        summary = enc.encode(batch["input_ids"], batch["attention_mask"], torch.zeros(3, dtype=torch.long)).embeds
+        detailed = enc.encode(batch["input_ids"], batch["attention_mask"], torch.ones(3, dtype=torch.long)).embeds
+    got = encode_texts(enc, tok, TEXTS, 128, view="detailed", progress=False)
+    torch.testing.assert_close(got, detailed, atol=1e-6, rtol=0)
+    torch.testing.assert_close(encode_texts(enc, tok, TEXTS, 128, progress=False), summary, atol=1e-6, rtol=0)
+    assert not torch.allclose(got, summary)

@@ -21,15 +21,21 @@ def encode_texts(
     device: str | torch.device | None = None,
     progress: bool = True,
     desc: str = "encode texts",
+    view: str | None = None,
 ) -> torch.Tensor:
     """Embed ``texts`` (M,) with ``encoder(input_ids, attention_mask)`` -> (M, D).
 
     Texts are cut to ``max_tokens`` (special tokens included), as during training.
     Longest texts go first so that batches are padded little and memory peaks early.
+    ``view`` (an encoder with one CLS token per caption view, such as MVC's
+    :class:`~vlr_plugins.text.DualCLSTextEncoder`): every text is encoded after that
+    view's CLS, ``encoder(input_ids, attention_mask, view_ids)``; an encoder without views
+    ignores it.
     """
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     was_training = encoder.training
     encoder.eval()
+    view_id = encoder.view_index(view) if view is not None and hasattr(encoder, "view_index") else None
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: torch.Tensor | None = None
     try:
@@ -38,7 +44,10 @@ def encode_texts(
             idx = order[start:start + batch_size]
             tok = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_tokens,
                             padding=True, return_tensors="pt")
-            emb = encoder(tok["input_ids"].to(device), tok["attention_mask"].to(device)).float().cpu()
+            args = [tok["input_ids"].to(device), tok["attention_mask"].to(device)]
+            if view_id is not None:
+                args.append(torch.full((len(idx),), view_id, dtype=torch.long, device=device))
+            emb = encoder(*args).float().cpu()
             if out is None:
                 out = torch.empty(len(texts), emb.shape[1])
             out[torch.tensor(idx)] = emb

@@ -47,7 +47,7 @@ def evaluate_retrieval_set(
     items = store.get(list(rs.item_ids))
     if tokenizer is not None:
         texts = encode_texts(encoder, tokenizer, rs.texts, max_tokens, batch_size=batch_size,
-                             device=device, progress=progress, desc=f"encode {rs.name}")
+                             device=device, progress=progress, desc=f"encode {rs.name}", view=view)
     else:
         texts = encode_with_model(encoder, rs.texts, max_tokens=max_tokens, view=view, batch_size=batch_size,
                                   progress=progress, desc=f"encode {rs.name}")
@@ -181,7 +181,8 @@ def evaluate_benchmarks(
         view = entry.text_view if entry is not None else None
         for key, rs in zip(spec.result_keys(), sets):
             out["budgets"][key] = budget
-            if tokenizer is None and view is not None and takes_keyword(encoder.encode_text, "view"):
+            if view is not None and (hasattr(encoder, "view_index") if tokenizer is not None
+                                     else takes_keyword(encoder.encode_text, "view")):
                 out.setdefault("text_views", {})[key] = view
             if entry is not None and entry.frames is not None:
                 out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
