@@ -90,7 +90,7 @@ def _images_in_list(list_file: Path) -> list[tuple[str, Path]]:
             written = line.strip()
             image_id = _path_id(written)
         else:
-            image_id, written = _parse_list_record(list_file, line_no, line)
+            image_id, written, _ = _list_entry(list_file, line_no, line)
         if image_id in first_seen:
             raise DataFormatError(
                 list_file,
@@ -104,7 +104,9 @@ def _images_in_list(list_file: Path) -> list[tuple[str, Path]]:
     return entries
 
 
-def _parse_list_record(list_file: Path, line_no: int, line: str) -> tuple[str, str]:
+def _list_entry(list_file: Path, line_no: int, line: str) -> tuple[str, str, dict[str, Any]]:
+    """``(id, path, the whole record)`` of a ``.jsonl`` list line (``{"id", "path", ...}``),
+    for image and video lists alike; errors name the file, line and field."""
     def bad(field: str | None, problem: str) -> DataFormatError:
         return DataFormatError(list_file, problem, record=line_no, field=field)
 
@@ -114,12 +116,12 @@ def _parse_list_record(list_file: Path, line_no: int, line: str) -> tuple[str, s
         raise bad(None, f"invalid JSON: {e.msg} (column {e.colno})") from None
     if not isinstance(raw, dict):
         raise bad(None, f"expected a JSON object with 'id' and 'path', found {_type_name(raw)}")
-    image_id, path = raw.get("id"), raw.get("path")
-    if isinstance(image_id, bool) or not isinstance(image_id, (str, int)) or image_id == "":
-        raise bad("id", f"expected a non-empty string or an integer, found {_type_name(image_id)}")
+    item_id, path = raw.get("id"), raw.get("path")
+    if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or item_id == "":
+        raise bad("id", f"expected a non-empty string or an integer, found {_type_name(item_id)}")
     if not isinstance(path, str) or not path:
         raise bad("path", f"expected a non-empty string, found {_type_name(path)}")
-    return str(image_id), path
+    return str(item_id), path, raw
 
 
 def list_images(source: str | os.PathLike[str]) -> list[tuple[str, Path]]:

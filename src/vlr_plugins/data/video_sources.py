@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.data.precompute import _path_id
+from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.data.precompute import _list_entry, _path_id
 from vlr_plugins.errors import MissingFileError
 
 __all__ = ["VIDEO_SUFFIXES", "VideoItem", "benchmark_videos", "list_videos"]
@@ -74,21 +74,11 @@ def _list_record(list_file: Path, line_no: int, line: str) -> tuple[str, str, fl
     def bad(field: str | None, problem: str) -> DataFormatError:
         return DataFormatError(list_file, problem, record=line_no, field=field)
 
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise bad(None, f"invalid JSON: {e.msg} (column {e.colno})") from None
-    if not isinstance(raw, dict):
-        raise bad(None, f"expected a JSON object with 'id' and 'path', found {_type_name(raw)}")
-    video_id, path = raw.get("id"), raw.get("path")
-    if isinstance(video_id, bool) or not isinstance(video_id, (str, int)) or video_id == "":
-        raise bad("id", f"expected a non-empty string or an integer, found {_type_name(video_id)}")
-    if not isinstance(path, str) or not path:
-        raise bad("path", f"expected a non-empty string, found {_type_name(path)}")
+    video_id, path, raw = _list_entry(list_file, line_no, line)
     start, end = _seconds(raw, "start", bad), _seconds(raw, "end", bad)
     if start is not None and end is not None and not end > start:
         raise bad("end", f"expected the end after the start ({start:g} s), found {end:g} s")
-    return str(video_id), path, start, end
+    return video_id, path, start, end
 
 
 def _videos_in_list(list_file: Path) -> list[VideoItem]:
