@@ -50,3 +50,33 @@ def assert_refused(argv: Sequence[str], *where: str, leaves: Iterable[str | os.P
     for p in leaves:
         assert not Path(p).exists(), f"{p} was left behind{shown}"
     return err
+
+
+# ---------------------------------------------------------------- cases that write their own files
+
+def fill(text: str, places: dict[str, str]) -> str:
+    """``text`` with every ``{key}`` of ``places`` replaced (case tables name paths this way)."""
+    for key, value in places.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def write_files(root: Path, files: dict[str, object], places: dict[str, str]) -> None:
+    """``files``: relative path -> text, bytes, ``None`` (a folder) or ``fn(path, places)``."""
+    for name, content in files.items():
+        path = root / fill(name, places)
+        if content is None:
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if callable(content):
+            content(path, places)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(fill(content, places), encoding="utf-8")
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path below ``root`` with its size and modification time: a case must not change it."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}

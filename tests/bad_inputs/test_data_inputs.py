@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import torch
-from _refusal import assert_refused
+from _refusal import assert_refused, fill, tree, write_files
 
 pytest.importorskip("mmengine")
 
@@ -60,42 +60,16 @@ def world(tiny_world, tiny_checkpoint, tmp_path_factory) -> dict[str, str]:
             "images": str(images)}
 
 
-def _fill(text: str, places: dict[str, str]) -> str:
-    for key, value in places.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def _write(root: Path, files: dict[str, Any], places: dict[str, str]) -> None:
-    """``files``: relative path -> text, bytes, ``None`` (a folder) or ``fn(path, places)``."""
-    for name, content in files.items():
-        path = root / _fill(name, places)
-        if content is None:
-            path.mkdir(parents=True, exist_ok=True)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if callable(content):
-            content(path, places)
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(_fill(content, places), encoding="utf-8")
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
-
-
 def refuse(tmp_path: Path, world: dict[str, str], monkeypatch, files: dict[str, Any], argv: list[str],
            where: list[str], leaves: list[str]) -> str:
     """Write ``files``, run ``vlr ARGV`` in ``tmp_path``, and check the refusal; returns stderr."""
     places = {**world, "tmp": str(tmp_path)}
-    _write(tmp_path, files, places)
+    write_files(tmp_path, files, places)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # an imported encoder module leaves no __pycache__
-    before = _tree(tmp_path)
-    err = assert_refused([_fill(a, places) for a in argv], *[_fill(w, places) for w in where],
-                         leaves=[_fill(p, places) for p in leaves], cwd=tmp_path)
-    assert _tree(tmp_path) == before, "the folder changed"
+    before = tree(tmp_path)
+    err = assert_refused([fill(a, places) for a in argv], *[fill(w, places) for w in where],
+                         leaves=[fill(p, places) for p in leaves], cwd=tmp_path)
+    assert tree(tmp_path) == before, "the folder changed"
     return err
 
 

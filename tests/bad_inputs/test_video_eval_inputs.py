@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import torch
-from _refusal import assert_refused
+from _refusal import assert_refused, fill, tree
 
 open_clip = pytest.importorskip("open_clip")
 
@@ -59,16 +59,6 @@ def world(tmp_path_factory) -> dict[str, str]:
     torch.save(open_clip.CLIP(**{**TINY_CLIP, "embed_dim": 16}).state_dict(), wide)
     return {"clip": str(clip), "csv": str(csv), "store": str(root / "store"), "tiny_name": "vlr-catalogue-tinyclip",
             "wide": str(wide)}
-
-
-def _fill(text: str, places: dict[str, str]) -> str:
-    for key, value in places.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
 def _bench(store: str = "{store}", name: str = "msrvtt") -> str:
@@ -159,7 +149,7 @@ def test_video_eval_refuses(files, argv, where, tmp_path, world, monkeypatch):
     places = {**world, "tmp": str(tmp_path)}
     files = {"bench.yaml": _bench(), **files}
     for name, content in files.items():
-        path = tmp_path / _fill(name, places)
+        path = tmp_path / fill(name, places)
         if content is None:
             path.mkdir(parents=True)
             continue
@@ -169,12 +159,12 @@ def test_video_eval_refuses(files, argv, where, tmp_path, world, monkeypatch):
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:
-            path.write_text(_fill(content, places), encoding="utf-8")
+            path.write_text(fill(content, places), encoding="utf-8")
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # an imported model module leaves no __pycache__
-    before = _tree(tmp_path)
-    assert_refused([_fill(a, places) for a in argv], *[_fill(w, places) for w in where],
+    before = tree(tmp_path)
+    assert_refused([fill(a, places) for a in argv], *[fill(w, places) for w in where],
                    leaves=[tmp_path / "results"], cwd=tmp_path)
-    assert _tree(tmp_path) == before, "the folder changed"
+    assert tree(tmp_path) == before, "the folder changed"
 
 
 def test_the_catalogue_covers_every_new_option():

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from _refusal import assert_refused, run_vlr
+from _refusal import assert_refused, fill, run_vlr, tree, write_files
 
 pytest.importorskip("av")
 pytest.importorskip("timm")
@@ -66,32 +66,6 @@ def world(tmp_path_factory) -> dict[str, str]:
                             "--frames", "4", "--workers", "0"], cwd=made)
     assert code == 0, err
     return {"videos": str(videos), "frames4": str(made / "store")}
-
-
-def _fill(text: str, places: dict[str, str]) -> str:
-    for key, value in places.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def _write(root: Path, files: dict[str, Any], places: dict[str, str]) -> None:
-    """``files``: relative path -> text, bytes, ``None`` (a folder) or ``fn(path, places)``."""
-    for name, content in files.items():
-        path = root / _fill(name, places)
-        if content is None:
-            path.mkdir(parents=True, exist_ok=True)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if callable(content):
-            content(path, places)
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(_fill(content, places), encoding="utf-8")
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
 def _copy_of(key: str):
@@ -257,15 +231,15 @@ def test_the_catalogue_is_large_enough():
 def test_precompute_videos_refuses(files, argv, where, tmp_path, world, monkeypatch):
     files = {"tower.yaml": TOWER, "enc.py": IMAGE_ENCODER, **files}
     places = {**world, "tmp": str(tmp_path)}
-    _write(tmp_path, files, places)
+    write_files(tmp_path, files, places)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # an imported module leaves no __pycache__
     monkeypatch.setattr(sys, "path", list(sys.path))
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     written = {"store", ".store.partial", "store.failures.jsonl"}
     given = {name.split("/")[0] for name in files}
     leaves = [f"{tmp_path}/{name}" for name in written - given]
-    assert_refused([_fill(a, places) for a in argv], *[_fill(w, places) for w in where], leaves=leaves, cwd=tmp_path)
-    assert _tree(tmp_path) == before, "the folder changed"
+    assert_refused([fill(a, places) for a in argv], *[fill(w, places) for w in where], leaves=leaves, cwd=tmp_path)
+    assert tree(tmp_path) == before, "the folder changed"
     for module in ("img", "wide", "enc"):
         sys.modules.pop(module, None)
     assert not os.path.exists(f"{tmp_path}/.store.replaced")
