@@ -77,6 +77,7 @@ def stage1_config(folder, ann_file, work_dir, **model):
     cfg.model.update(model)
     cfg.optim_wrapper = OPTIM
     cfg.work_dir, cfg.log_level = str(work_dir), "WARNING"
+    cfg.experiment_name = f"stage1_{os.path.basename(work_dir)}"  # one MMEngine visualizer per run
     return cfg
 
 
@@ -171,7 +172,8 @@ def test_vlr_train_care_stage1_hands_a_folder_to_stage2(tiny_folder, captions, t
     work = tmp_path / "stage1"
     code, out, err = run_vlr(["train", "care/stage1", "--train", captions, "--work-dir", work, "--set",
                               f"model.pretrained={tiny_folder}", f"train_dataloader.dataset.processor={tiny_folder}",
-                              *_set(TINY), f"optim_wrapper={json.dumps(OPTIM)}"], cwd=tmp_path)
+                              *_set(TINY), f"optim_wrapper={json.dumps(OPTIM)}", "experiment_name=stage1_cli"],
+                             cwd=tmp_path)
     assert code == 0, err
     folder = work / "pretrained"
     ckpt = torch.load(work / "iter_2.pth", map_location="cpu", weights_only=True)["state_dict"]
@@ -192,5 +194,5 @@ def test_vlr_train_care_stage1_hands_a_folder_to_stage2(tiny_folder, captions, t
                               f"train_dataloader.dataset.tokenizer={folder}", "train_dataloader.batch_size=2",
                               "train_dataloader.num_workers=0", "train_dataloader.persistent_workers=false",
                               "model.gradient_checkpointing=false", "train_cfg.max_epochs=1",
-                              f"optim_wrapper={json.dumps(OPTIM)}"], cwd=tmp_path)
+                              f"optim_wrapper={json.dumps(OPTIM)}", "experiment_name=stage2_cli"], cwd=tmp_path)
     assert code == 0, err
