@@ -17,7 +17,7 @@ pytest.importorskip("av")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
 from _tiny_mllm import tiny_qwen2vl, write_clip  # noqa: E402
 
-CPU = ["model.dtype=null", "model.gradient_checkpointing=false", "train_dataloader.batch_size=1",
+CPU = ["model.gradient_checkpointing=false", "train_dataloader.batch_size=1",
        "train_dataloader.num_workers=0", "train_dataloader.persistent_workers=false",
        "train_dataloader.dataset.num_frames=2", "train_dataloader.dataset.max_pixels=3136", "train_cfg.max_iters=1",
        "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.001}}"]

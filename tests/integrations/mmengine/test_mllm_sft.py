@@ -34,7 +34,7 @@ RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "recipes", "c
 CAPTIONS = ["A grey square slowly turns white.", "Darkness, then light.", "Nothing moves.", "A fade."]
 # CPU-sized overrides of the recipe (the same for Config and for `vlr train --set`)
 TINY = {
-    "model.dtype": None, "model.gradient_checkpointing": False,
+    "model.gradient_checkpointing": False,
     "train_dataloader.batch_size": 2, "train_dataloader.num_workers": 0,
     "train_dataloader.persistent_workers": False,
     "train_dataloader.dataset.num_frames": 2, "train_dataloader.dataset.max_pixels": 3136,
