@@ -163,6 +163,12 @@ def test_recipe_holds_the_papers_values():
     assert cfg.model.freeze_vision is True and cfg.vlr.kind == "care" and cfg.vlr.stage == 1
 
 
+def test_vlr_list_shows_the_recipe():
+    code, out, _ = run_vlr(["list", "recipes"])
+    assert code == 0
+    assert any(line.split()[:2] == ["care/stage1", "[care]"] for line in out.splitlines()), out
+
+
 def _set(overrides):
     return [f"{k}={'null' if v is None else json.dumps(v) if isinstance(v, (dict, bool)) else v}"
             for k, v in overrides.items()]
