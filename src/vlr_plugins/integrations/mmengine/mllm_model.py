@@ -25,7 +25,7 @@ FINETUNE_MODES = ("full", "lora")
 VISION_MODULES = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "mm_projector")
 # E5-V's adapters: every linear layer of the LLM (run.sh, --lora_target_modules)
 LORA_DEFAULTS = dict(r=64, lora_alpha=16, lora_dropout=0.05,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 
 
 def vision_modules(model: nn.Module) -> dict[str, nn.Module]:
