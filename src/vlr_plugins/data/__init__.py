@@ -37,6 +37,7 @@ from vlr_plugins.data.resumable_store import (
 )
 from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
 from vlr_plugins.data.nli import NLI_COLUMNS, NLITriplet, read_nli_triplets
+from vlr_plugins.data.video_captions import VIDEO_CAPTION_FIELDS, VideoCaption, read_video_captions
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.data.sample import (
     SAMPLE_SUFFIXES,
@@ -142,4 +143,7 @@ __all__ = [
     "NLI_COLUMNS",
     "NLITriplet",
     "read_nli_triplets",
+    "VIDEO_CAPTION_FIELDS",
+    "VideoCaption",
+    "read_video_captions",
 ]

@@ -6,6 +6,7 @@ checkpoint hook; configs reach it with ``custom_imports`` and ``default_scope='v
 
 from vlr_plugins.integrations.mmengine import dataset, hooks, metric, model  # noqa: F401
 from vlr_plugins.integrations.mmengine import mllm_model, nli_dataset  # noqa: F401  (CaRe / E5-V stage II)
+from vlr_plugins.integrations.mmengine import caption_sft_dataset, mllm_sft_model, pretrained_export  # noqa: F401  (CaRe stage I)
 from vlr_plugins.integrations.mmengine.config import recipe_to_mmengine_config
 from vlr_plugins.integrations.mmengine.dataset import (
     ParagraphTextViewsDataset,

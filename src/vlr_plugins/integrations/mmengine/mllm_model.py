@@ -17,14 +17,15 @@ from torch import nn
 from vlr_plugins.integrations.mmengine import model as _core_entries  # noqa: F401  (core names in scope)
 from vlr_plugins.integrations.mmengine.registry import MODELS
 
-__all__ = ["EOLContrastiveModel", "FINETUNE_MODES", "VISION_MODULES"]
+__all__ = ["EOLContrastiveModel", "FINETUNE_MODES", "LORA_DEFAULTS", "VISION_MODULES", "add_lora",
+           "enable_gradient_checkpointing", "vision_modules"]
 
 FINETUNE_MODES = ("full", "lora")
 #: submodules that make the vision side of an MLLM (Qwen2-VL: visual; LLaVA: vision_tower + projector)
 VISION_MODULES = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "mm_projector")
 # E5-V's adapters: every linear layer of the LLM (run.sh, --lora_target_modules)
-_LORA_DEFAULTS = dict(r=64, lora_alpha=16, lora_dropout=0.05,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+LORA_DEFAULTS = dict(r=64, lora_alpha=16, lora_dropout=0.05,
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 
 
 def vision_modules(model: nn.Module) -> dict[str, nn.Module]:
@@ -34,6 +35,30 @@ def vision_modules(model: nn.Module) -> dict[str, nn.Module]:
         if name.rsplit(".", 1)[-1] in VISION_MODULES and not any(name.startswith(p + ".") for p in out):
             out[name] = module
     return out
+
+
+def enable_gradient_checkpointing(hf: nn.Module) -> None:
+    """Activation checkpointing of a transformers model (non-reentrant), its KV cache off."""
+    hf.config.use_cache = False
+    if hasattr(hf, "activation_checkpointing_enable"):  # its name from transformers 5.x on
+        hf.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def add_lora(hf: nn.Module, cfg: dict[str, Any]) -> Any:
+    """LoRA adapters (``cfg``: a ``peft.LoraConfig``'s keys) injected into ``hf`` in place, on
+    the LLM's layers only; returns peft's wrapper (``merge_and_unload`` folds them back)."""
+    from peft import LoraConfig, get_peft_model
+
+    cfg = dict(cfg)
+    targets = cfg.pop("target_modules")
+    if isinstance(targets, (list, tuple)):
+        # the LLM's layers only: a vision tower may use the same names (CLIP's q_proj)
+        skip = "|".join(re.escape(n) for n in VISION_MODULES)
+        names = "|".join(re.escape(t) for t in targets)
+        targets = rf"^(?!(?:.*\.)?(?:{skip})\.).*\.(?:{names})$"
+    return get_peft_model(hf, LoraConfig(target_modules=targets, bias="none", **cfg))
 
 
 @MODELS.register_module()
@@ -68,27 +93,15 @@ class EOLContrastiveModel(BaseModel):
         for module in frozen:
             module.requires_grad_(False)
         if gradient_checkpointing:
-            hf.config.use_cache = False
-            if hasattr(hf, "activation_checkpointing_enable"):  # its name from transformers 5.x on
-                hf.activation_checkpointing_enable({"use_reentrant": False})
-            else:
-                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(hf)
         self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree
         if finetune == "lora":
-            self._add_lora({**_LORA_DEFAULTS, **(lora or {})})
+            self._add_lora({**LORA_DEFAULTS, **(lora or {})})
         self.train()
 
     def _add_lora(self, cfg: dict[str, Any]) -> None:
-        from peft import LoraConfig, get_peft_model
-
-        targets = cfg.pop("target_modules")
-        if isinstance(targets, (list, tuple)):
-            # the LLM's layers only: a vision tower may use the same names (CLIP's q_proj)
-            skip = "|".join(re.escape(n) for n in VISION_MODULES)
-            names = "|".join(re.escape(t) for t in targets)
-            targets = rf"^(?!(?:.*\.)?(?:{skip})\.).*\.(?:{names})$"
         # adapters are injected into self.embedder.model in place; the wrapper is kept for merging
-        self._peft.append(get_peft_model(self.embedder.model, LoraConfig(target_modules=targets, bias="none", **cfg)))
+        self._peft.append(add_lora(self.embedder.model, cfg))
 
     def merge_lora(self) -> nn.Module:
         """Fold the adapters into the LLM's weights (``merge_and_unload``); returns the plain
