@@ -118,3 +118,65 @@ def test_a_model_that_cannot_be_loaded_names_itself_the_setting_and_the_doc(tmp_
     with pytest.raises(ZeroDivisionError):  # not a loading failure: untouched
         with loading_pretrained("x", "model.pretrained"):
             1 / 0
+
+
+@pytest.mark.parametrize("error", [
+    DataFormatError("train.jsonl", "expected an object", record=3, field="caption"),
+    MissingEmbeddingsError(["img7"], "store"),
+    RecipeError("c5.yaml", "loss.type", "unknown loss"),
+    UsageError("--budget", "expected NAME=INTEGER"),
+    ConfigError("model.vit: unknown keys"),
+])
+def test_user_errors_pickle_with_their_attributes(error):
+    import pickle
+
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and back.__dict__ == error.__dict__
+
+
+class _RefusingDataset:
+    """A map-style dataset whose item 1 is a bad record, as a reader would report it."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        if i == 1:
+            raise self.error
+        return i
+
+
+@pytest.mark.parametrize("error", [
+    DataFormatError("clips.jsonl", "cannot decode the video", record=2, field="video"),  # no 1-arg init
+    ConfigError("data.frames: expected a positive integer"),  # built again from torch's message
+])
+def test_a_user_error_in_a_dataloader_worker_is_one_error_line(error, capsys, monkeypatch):
+    from torch.utils.data import DataLoader
+
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+
+    def command() -> int:
+        for _ in DataLoader(_RefusingDataset(error), batch_size=1, num_workers=1):
+            pass
+        return 0
+
+    assert run_cli(command) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {error} (in DataLoader worker process 0)\n"
+
+
+def test_a_bug_in_a_dataloader_worker_keeps_its_traceback(monkeypatch):
+    from torch.utils.data import DataLoader
+
+    monkeypatch.delenv("VLR_DEBUG", raising=False)
+
+    def command() -> int:
+        for _ in DataLoader(_RefusingDataset(ZeroDivisionError("bug")), batch_size=1, num_workers=1):
+            pass
+        return 0
+
+    with pytest.raises(ZeroDivisionError, match="Caught ZeroDivisionError in DataLoader worker"):
+        run_cli(command)

@@ -13,6 +13,7 @@ Subclasses keep a standard base where callers may already catch one
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,22 @@ __all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputE
 
 
 class UserError(Exception):
-    """Bad input or a refusal from outside; the message says what, where and what to do."""
+    """Bad input or a refusal from outside; the message says what, where and what to do.
+
+    Every subclass pickles with its attributes (``path``, ``record``, ``key``...), whatever
+    its ``__init__`` takes, so that it crosses process boundaries (multiprocessing pools,
+    Ray tasks) intact.
+    """
+
+    def __reduce__(self):
+        return _rebuild_user_error, (type(self), self.args, self.__dict__)
+
+
+def _rebuild_user_error(cls: type[UserError], args: tuple, state: dict) -> UserError:
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class UsageError(UserError, ValueError):
@@ -124,11 +140,41 @@ def as_user_error(*kinds: type[Exception]) -> Iterator[None]:
         raise InputError(_message(e)) from e
 
 
+# torch.utils.data re-raises a worker's exception in the main process as
+# ``exc_type(msg)`` with msg = "Caught NAME in DataLoader worker process N.\nOriginal
+# Traceback ...", or as a RuntimeError when exc_type cannot be built from one string.
+_WORKER_ERROR = re.compile(r"\ACaught (?P<name>\w+) (?P<where>in DataLoader worker process \d+)\.\n"
+                           r"Original Traceback")
+
+
+def _user_error_names(cls: type = UserError) -> set[str]:
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _user_error_names(sub)
+    return names
+
+
+def _from_worker(err: BaseException) -> str | None:
+    """The message of a :class:`UserError` raised in a DataLoader worker, with the worker
+    named, or ``None`` when ``err`` is not one."""
+    text = str(err)
+    match = _WORKER_ERROR.match(text)
+    if not match or match["name"] not in _user_error_names():
+        return None
+    # the traceback ends with "module.Name: message" (the raised exception comes last)
+    lines = list(re.finditer(rf"^(?:[\w.]+\.)?{match['name']}: ", text, re.MULTILINE))
+    if not lines:
+        return None
+    return f"{text[lines[-1].end():].strip()} ({match['where']})"
+
+
 def run_cli(command: Callable[[], int]) -> int:
     """Run ``command`` and return its exit status, reporting errors as a command line does.
 
     - :class:`UserError`: ``error: <message>`` on stderr, status 2; with ``VLR_DEBUG``
-      set, raised again (traceback);
+      set, raised again (traceback); one raised in a DataLoader worker (which torch
+      re-raises with the worker's traceback in the message, or as a ``RuntimeError``) is
+      reported the same way, by its own message and the worker's number;
     - ``KeyboardInterrupt``: ``interrupted``, status 130;
     - ``BrokenPipeError`` (``vlr list | head``: the reader left): not an error, status 0;
     - anything else propagates: it is a bug, and its traceback is the report.
@@ -138,7 +184,13 @@ def run_cli(command: Callable[[], int]) -> int:
     except UserError as e:
         if os.environ.get("VLR_DEBUG"):
             raise
-        print(f"error: {_message(e)}", file=sys.stderr)
+        print(f"error: {_from_worker(e) or _message(e)}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        message = _from_worker(e)
+        if message is None or os.environ.get("VLR_DEBUG"):
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
