@@ -792,6 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.eval.capst.cli import add_cli as add_capst
 
     add_capst(sub)
+    from vlr_plugins.mllm.caption_cli import add_cli as add_caption
+
+    add_caption(sub)
     return p
 
 
