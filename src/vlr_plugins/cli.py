@@ -795,6 +795,9 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.mllm.caption_cli import add_cli as add_caption
 
     add_caption(sub)
+    from vlr_plugins.mllm.lens_cli import add_cli as add_lens
+
+    add_lens(sub)
     return p
 
 

@@ -9,6 +9,8 @@
 * :func:`last_token_pool` -- the pooling itself.
 * :class:`EOLTripletsDataset`, :func:`collate_eol_triplets` -- stage-II training data: NLI
   triplets as EOL prompts, batched in one left-padded block.
+* :func:`logit_lens`, :func:`plot_lens` -- the top tokens of an embedding through the LM head
+  (``vlr lens``, CaReBench Figure 5).
 * :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
 * :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
   :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
@@ -29,6 +31,7 @@ from vlr_plugins.mllm.caption_settings import (
 from vlr_plugins.mllm.captioner import VideoCaptioner
 from vlr_plugins.mllm.captions_file import CaptionsFile
 from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
+from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
 from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
@@ -51,6 +54,10 @@ __all__ = [
     "EOLTripletsDataset",
     "collate_eol_triplets",
     "load_eol_embedder",
+    "logit_lens",
+    "plot_lens",
+    "LensResult",
+    "LensToken",
     "VideoCaptioner",
     "CaptionSettings",
     "CAPTION_PROMPT",
