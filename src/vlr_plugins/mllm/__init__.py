@@ -11,6 +11,8 @@
   triplets as EOL prompts, batched in one left-padded block.
 * :func:`logit_lens`, :func:`plot_lens` -- the top tokens of an embedding through the LM head
   (``vlr lens``, CaReBench Figure 5).
+* :class:`VLLMEmbedder`, :class:`VLLMVideoCaptioner`, :func:`require_vllm` -- the same
+  embeddings and captions by vLLM on GPUs (refused, saying why, without vLLM or a GPU).
 * :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
 * :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
   :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
@@ -37,6 +39,7 @@ from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
 from vlr_plugins.mllm.triplets import EOLTripletsDataset, collate_eol_triplets
+from vlr_plugins.mllm.vllm_backend import VLLMEmbedder, VLLMVideoCaptioner, require_vllm
 
 __all__ = [
     "EOLEmbedder",
@@ -68,4 +71,7 @@ __all__ = [
     "CaptionRun",
     "caption_videos",
     "videos_in_folder",
+    "VLLMEmbedder",
+    "VLLMVideoCaptioner",
+    "require_vllm",
 ]

@@ -17,7 +17,7 @@ from vlr_plugins.mllm.embedder import EOLEmbedder
 from vlr_plugins.mllm.media_input import VideoInput
 from vlr_plugins.mllm.prompt import EOLPrompt
 
-__all__ = ["export_settings", "load_eol_embedder"]
+__all__ = ["export_prompt", "export_settings", "load_eol_embedder"]
 
 
 def export_settings(model: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -34,7 +34,8 @@ def export_settings(model: str | os.PathLike[str]) -> dict[str, Any] | None:
     return settings if isinstance(settings, dict) else None
 
 
-def _prompt(settings: dict[str, Any], where: str) -> EOLPrompt:
+def export_prompt(settings: dict[str, Any], where: str) -> EOLPrompt:
+    """The :class:`EOLPrompt` (with its clip settings) of an export's ``vlr_eol`` block; ``where`` names the file."""
     raw = dict(settings.get("prompt") or {})
     try:
         video = VideoInput(**{k: v for k, v in (settings.get("video_input") or {}).items() if v is not None})
@@ -59,7 +60,7 @@ def load_eol_embedder(model: str | os.PathLike[str], *, prompt: str | os.PathLik
     if settings is None:
         with loading_pretrained(spec, setting):
             return EOLEmbedder(spec, prompt=prompt or "care", **kwargs)
-    chosen = prompt if prompt is not None else _prompt(settings, os.path.join(spec, "config.json"))
+    chosen = prompt if prompt is not None else export_prompt(settings, os.path.join(spec, "config.json"))
     kwargs.setdefault("max_text_tokens", settings.get("max_text_tokens"))
     adapter = settings.get("adapter")
     if not adapter:
