@@ -551,6 +551,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
     from vlr_plugins.hf import check_export_target, export_text_encoder
     from vlr_plugins.hf.card import card_files
+    from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
+
+    if is_model_folder(args.checkpoint):  # an MLLM / LLM folder: the EOL-embedder family (CaRe, E5-V)
+        return run_eol_export(args)
+    for option in ("prompt", "config", "recipe"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option}", "is for an MLLM folder (CaRe, E5-V); CHECKPOINT is a `vlr train` .pth")
 
     # the output, the checkpoint and the --eval files are checked before the model is loaded
     check_output_dir(args.out, "OUT", replaced_whole=True)
@@ -780,7 +787,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
-    s.add_argument("checkpoint", metavar="CHECKPOINT", help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, or an MLLM / LLM transformers "
+                        "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md)")
     s.add_argument("out", metavar="OUT",
                    help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
     s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")
@@ -791,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-remote-code", action="store_true",
                    help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")
+    s.add_argument("--prompt", help="MLLM folder: the EOL prompt family or YAML file (default: care)")
+    s.add_argument("--config", help="MLLM folder: the MMEngine config of the run, for the card's recipe table")
+    s.add_argument("--recipe", help="MLLM folder: the recipe name to record (default: the config's vlr.name)")
     s.set_defaults(fn=cmd_export)
 
     from vlr_plugins.integrations.open_clip.cli import add_cli as add_openclip_train
