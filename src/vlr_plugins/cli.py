@@ -479,6 +479,27 @@ def _eval_model(args: argparse.Namespace, specs, budgets: dict[str, int], overri
     return model, None, overrides
 
 
+def _capst_for_unified(path: str | None, specs, benchmarks: str) -> tuple[dict | None, str | None]:
+    """``--capst``: the CapST results and the CaReBench general result key the unified score reads."""
+    if path is None:
+        return None, None
+    from vlr_plugins.eval.capst import load_capst_result
+
+    if not os.path.isfile(path):
+        raise UsageError("--capst", f"no such file: {path}")
+    care = [s for s in specs if s.reader == "carebench"]
+    if len(care) != 1:
+        found = "none" if not care else ", ".join(s.name for s in care)
+        raise UsageError("--capst", f"the unified score joins CapST with CaReBench general retrieval; "
+                                    f"{benchmarks} must score one carebench benchmark, found {found}")
+    keys = care[0].result_keys()
+    key = f"{care[0].name}/general" if f"{care[0].name}/general" in keys else care[0].name
+    if key not in keys:
+        raise UsageError("--capst", f"{care[0].where('text_kinds')} leaves out 'general', which the unified "
+                                    f"score reads")
+    return load_capst_result(path), key
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -498,6 +519,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")
     specs = load_benchmark_specs(args.benchmarks)
     _check_tables(tables, specs, args.benchmarks)
+    capst, capst_benchmark = _capst_for_unified(args.capst, specs, args.benchmarks)
     model, tokenizer, budgets = _eval_model(args, specs, budgets, overrides, protocol, truncation, device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
 
@@ -509,8 +531,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate_benchmarks(model, tokenizer, specs, budgets=budgets, truncation=truncation,
                                      batch_size=args.batch_size, device=device, protocol=protocol,
                                      rerank_k=args.rerank_k, on_warning=warn)
+    unified = None
+    if capst is not None:
+        from vlr_plugins.eval.capst import unified_score
+
+        unified = {**unified_score(result, capst, benchmark=capst_benchmark), "benchmark": capst_benchmark,
+                   "capst": str(args.capst)}
     report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol,
-                               tables=tables)
+                               tables=tables, unified=unified)
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
     print(report["table"])
@@ -523,6 +551,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
     from vlr_plugins.hf import check_export_target, export_text_encoder
     from vlr_plugins.hf.card import card_files
+    from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
+
+    if is_model_folder(args.checkpoint):  # an MLLM / LLM folder: the EOL-embedder family (CaRe, E5-V)
+        return run_eol_export(args)
+    for option in ("prompt", "config", "recipe"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option}", "is for an MLLM folder (CaRe, E5-V); CHECKPOINT is a `vlr train` .pth")
 
     # the output, the checkpoint and the --eval files are checked before the model is loaded
     check_output_dir(args.out, "OUT", replaced_whole=True)
@@ -740,6 +775,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tables", metavar="NAME,...",
                    help="also lay the results out as the papers' tables: mvc-table1, mvc-table3, carebench-table3, "
                         "carebench-table4")
+    s.add_argument("--capst", metavar="CAPST_JSON",
+                   help="the same model's `vlr capst` capst.json: adds CaRe's unified score (CaReBench Table 5)")
     s.add_argument("--rerank-k", type=_positive_int, metavar="K",
                    help="re-rank each query's top K by the model's matching head (match_scores); UMT uses 128")
     s.add_argument("--tokenizer", help="default: the encoder's (checkpoints and blip: only)")
@@ -750,7 +787,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
-    s.add_argument("checkpoint", metavar="CHECKPOINT", help="a `vlr train` checkpoint (.pth) or blip:<hub name or folder>")
+    s.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, or an MLLM / LLM transformers "
+                        "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md)")
     s.add_argument("out", metavar="OUT",
                    help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
     s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")
@@ -761,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-remote-code", action="store_true",
                    help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")
+    s.add_argument("--prompt", help="MLLM folder: the EOL prompt family or YAML file (default: care)")
+    s.add_argument("--config", help="MLLM folder: the MMEngine config of the run, for the card's recipe table")
+    s.add_argument("--recipe", help="MLLM folder: the recipe name to record (default: the config's vlr.name)")
     s.set_defaults(fn=cmd_export)
 
     from vlr_plugins.integrations.open_clip.cli import add_cli as add_openclip_train
@@ -792,6 +834,12 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.eval.capst.cli import add_cli as add_capst
 
     add_capst(sub)
+    from vlr_plugins.mllm.caption_cli import add_cli as add_caption
+
+    add_caption(sub)
+    from vlr_plugins.mllm.lens_cli import add_cli as add_lens
+
+    add_lens(sub)
     return p
 
 

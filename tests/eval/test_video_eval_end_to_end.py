@@ -210,3 +210,26 @@ def test_from_video_files_to_the_tables_through_the_command_line(world, tmp_path
     expected = open_clip_reference(world, "msrvtt16", "msrvtt")
     for key, value in expected.items():
         assert report["recall"]["msrvtt"][key] == pytest.approx(value), key
+
+
+def test_capst_results_add_the_unified_score(world, tmp_path):
+    capst = tmp_path / "capst.json"
+    capst.write_text(json.dumps({"label": "tiny", "scores": {"overall": {"action": {"f1": 30.0},
+                                                                         "object": {"f1": 20.0}}}}))
+    argv = ["eval", "--model", f"open_clip:local-dir:{world['clip']}", "--benchmarks",
+            str(world["root"] / "care.yaml"), "--label", "tiny-clip", "--protocol", "carebench/zero-shot"]
+    report, markdown = run_eval(*argv, "--capst", str(capst), "--out", str(tmp_path / "out"))
+    general = open_clip_reference(world, "care32", "carebench", "general")
+    avg_r1 = (general["t2i_r1"] + general["i2t_r1"]) / 2
+    assert report["unified"]["avg_r1"] == pytest.approx(avg_r1)
+    assert report["unified"]["avg_f1"] == pytest.approx(25.0)
+    assert report["unified"]["unified"] == pytest.approx((avg_r1 + 25.0) / 2)
+    assert report["unified"]["benchmark"] == "carebench/general"
+    assert f"| tiny-clip | {avg_r1:.1f} | 25.0 | {(avg_r1 + 25.0) / 2:.1f} |" in markdown
+    # refused before anything is encoded: no file, no F1 in it
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"scores": {"overall": {"action": {"f1": 30.0}}}}))
+    for given in (tmp_path / "nope.json", bad):
+        out = tmp_path / f"refused-{given.stem}"
+        assert main([*argv, "--capst", str(given), "--out", str(out)]) == 2
+        assert not (out / "results.json").exists()

@@ -298,3 +298,24 @@ def test_cli_refusal_exits_2_with_one_error_line(tmp_path, capsys):
     assert main(["push", str(tmp_path), "me/refused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "pytorch_model.bin" in err[0]
+
+
+def test_an_mllm_embedder_export_arrives_byte_identical(hub, tmp_path):
+    pytest.importorskip("torchvision")  # Qwen2-VL's video processor
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
+    from _tiny_mllm import tiny_qwen2vl
+
+    from vlr_plugins.hf import export_eol_embedder
+    from vlr_plugins.mllm import EOLEmbedder
+
+    model, processor = tiny_qwen2vl(seed=2)
+    folder = export_eol_embedder(EOLEmbedder(model=model, processor=processor), tmp_path / "care-tiny",
+                                 recipe="care/stage2_paper")
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    push_folder(folder, "me/care-tiny", token=TOKEN, endpoint=hub.endpoint)
+    repo = hub.repos["me/care-tiny"]
+    assert repo.branches["main"] == files and "modeling_vlr_eol.py" in files
+    assert repo.commits[0]["summary"] == f"Upload care/stage2_paper MLLM embedder (vlr-plugins {__version__})"

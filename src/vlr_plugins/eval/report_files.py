@@ -44,17 +44,20 @@ def write_eval_report(
     label: str,
     protocol: str | None = None,
     tables: Sequence[str] = (),
+    unified: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the report of one model's evaluation into ``out_dir``; each file atomically.
 
     ``result``: what :func:`~vlr_plugins.eval.evaluate_benchmarks` returns
     (``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: curve}}``).
     ``tables``: names of :func:`~vlr_plugins.eval.tables.list_tables` to fill in.
+    ``unified``: CaRe's unified score (:func:`~vlr_plugins.eval.capst.unified_score` with
+    the CapST results it was joined with, under ``"capst"``), when given.
 
-    - ``results.json``: ``{"model", "label", "protocol", **result, "tables": {name: table}}``
-      (:func:`~vlr_plugins.eval.tables.fill_table`);
+    - ``results.json``: ``{"model", "label", "protocol", **result, "tables": {name: table},
+      "unified": unified}`` (:func:`~vlr_plugins.eval.tables.fill_table`);
     - ``results.md``: the token budgets (and frames, text views), a recall table (one row,
-      ``label``), then each of ``tables`` in its paper's layout;
+      ``label``), then each of ``tables`` in its paper's layout, then the unified score;
     - ``recall.png``, per benchmark with a truncation sweep ``truncation-<benchmark>.png``
       (``/`` in a name becomes ``-``), and per table ``table-<name>.png``; only with
       matplotlib (the ``[plot]`` extra).
@@ -71,10 +74,15 @@ def write_eval_report(
     json_path, md_path = os.path.join(out, "results.json"), os.path.join(out, "results.md")
     filled = {name: fill_table(list_tables()[name], result["recall"], label, protocol=protocol) for name in tables}
     atomic_write_json(json_path, {"model": str(model), "label": label, "protocol": protocol, **result,
-                                  **({"tables": filled} if filled else {})})
+                                  **({"tables": filled} if filled else {}),
+                                  **({"unified": dict(unified)} if unified is not None else {})})
     names = list(result["recall"])
     table = recall_table_markdown({label: result["recall"]}, names, _TABLE_METRICS)
     table += "".join("\n" + table_markdown(t) for t in filled.values())
+    if unified is not None:
+        table += ("\n**CaReBench, Table 5** (unified score: the mean of Avg R@1, general retrieval, and "
+                  "Avg F1, CapST action and object)\n\n| Model | Avg R@1 | Avg F1 | Unified |\n|---|---|---|---|\n"
+                  f"| {label} | {unified['avg_r1']:.1f} | {unified['avg_f1']:.1f} | {unified['unified']:.1f} |\n")
     atomic_write_text(md_path, f"# Retrieval: {label}\n\n{_settings(result)}Recall in %.\n\n{table}")
     plots: list[str] | None = []
     try:

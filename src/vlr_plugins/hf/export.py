@@ -111,7 +111,9 @@ def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,
     if not overwrite:
         raise OutputExistsError(f"{out_dir} exists; pass {flag} to replace it")
     names = {p.name for p in out_dir.iterdir()}
-    if names and not ("config.json" in names and any(n.endswith(".safetensors") for n in names)):
+    # an MLLM adapter export keeps its weights in adapter/ (vlr_plugins.hf.export_eol)
+    weights = any(n.endswith(".safetensors") for n in names) or (out_dir / "adapter" / "adapter_model.safetensors").is_file()
+    if names and not ("config.json" in names and weights):
         raise OutputExistsError(
             f"cannot export to {out_dir}: it is a folder that holds files of something other than an "
             f"export (no config.json beside *.safetensors); refusing to replace it even with {flag}")

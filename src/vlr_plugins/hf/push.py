@@ -66,6 +66,8 @@ def _check_exported(folder: Path) -> dict[str, Any]:
 
 def _recipe_name(config: dict[str, Any]) -> str | None:
     recipe = config.get("recipe")
+    if recipe is None and isinstance(config.get("vlr_eol"), dict):  # an MLLM embedder's export
+        recipe = config["vlr_eol"].get("recipe")
     if isinstance(recipe, dict):  # an exporter may store the whole recipe; its name is what we want
         recipe = recipe.get("name")
     return recipe if isinstance(recipe, str) and recipe.strip() else None
@@ -75,7 +77,8 @@ def _default_message(config: dict[str, Any]) -> str:
     from vlr_plugins import __version__
 
     recipe = _recipe_name(config)
-    what = f"{recipe} text encoder" if recipe else "text encoder"
+    kind = "MLLM embedder" if isinstance(config.get("vlr_eol"), dict) else "text encoder"
+    what = f"{recipe} {kind}" if recipe else kind
     return f"Upload {what} (vlr-plugins {__version__})"
 
 

@@ -9,16 +9,37 @@
 * :func:`last_token_pool` -- the pooling itself.
 * :class:`EOLTripletsDataset`, :func:`collate_eol_triplets` -- stage-II training data: NLI
   triplets as EOL prompts, batched in one left-padded block.
+* :func:`logit_lens`, :func:`plot_lens` -- the top tokens of an embedding through the LM head
+  (``vlr lens``, CaReBench Figure 5).
+* :class:`VLLMEmbedder`, :class:`VLLMVideoCaptioner`, :func:`require_vllm` -- the same
+  embeddings and captions by vLLM on GPUs (refused, saying why, without vLLM or a GPU).
+* :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
+* :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
+  :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
+  settings as data, written to a resumable, kill-safe JSON Lines file.
 
 Importing this package needs only torch and PyYAML; transformers (``vlr-plugins[mllm]``)
 is imported when a model is loaded. See docs/care.md.
 """
 
+from vlr_plugins.mllm.caption_run import CaptionRun, caption_videos, videos_in_folder
+from vlr_plugins.mllm.caption_settings import (
+    CAPTION_PROMPT,
+    CaptionSettings,
+    caption_prompt,
+    list_caption_settings,
+    load_caption_settings,
+)
+from vlr_plugins.mllm.captioner import VideoCaptioner
+from vlr_plugins.mllm.captions_file import CaptionsFile
 from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
+from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
+from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
 from vlr_plugins.mllm.triplets import EOLTripletsDataset, collate_eol_triplets
+from vlr_plugins.mllm.vllm_backend import VLLMEmbedder, VLLMVideoCaptioner, require_vllm
 
 __all__ = [
     "EOLEmbedder",
@@ -35,4 +56,22 @@ __all__ = [
     "truncate_sentences",
     "EOLTripletsDataset",
     "collate_eol_triplets",
+    "load_eol_embedder",
+    "logit_lens",
+    "plot_lens",
+    "LensResult",
+    "LensToken",
+    "VideoCaptioner",
+    "CaptionSettings",
+    "CAPTION_PROMPT",
+    "caption_prompt",
+    "list_caption_settings",
+    "load_caption_settings",
+    "CaptionsFile",
+    "CaptionRun",
+    "caption_videos",
+    "videos_in_folder",
+    "VLLMEmbedder",
+    "VLLMVideoCaptioner",
+    "require_vllm",
 ]

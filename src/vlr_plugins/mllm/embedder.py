@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlr_plugins.errors import ConfigError, loading_pretrained
-from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
+from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels, processor_video_kwargs
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, load_eol_prompt, truncate_sentences
 from vlr_plugins.registry import MODELS
@@ -255,18 +255,7 @@ class EOLEmbedder(nn.Module):
         return {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
     def _size_kwargs(self, modality: str) -> dict[str, Any]:
-        proc = getattr(self.processor, f"{modality}_processor", None)
-        kw: dict[str, Any] = {}
-        if modality == "video":
-            size = self.video_input.size(dict(getattr(proc, "size", None) or {}))
-            if size is not None:
-                kw["size"] = size
-            # the limits above are the whole rule (as CaReBench's), not a share of a token budget
-            if hasattr(proc, "cap_pixels_per_frame"):
-                kw["cap_pixels_per_frame"] = False
-            if hasattr(proc, "do_sample_frames"):
-                kw["do_sample_frames"] = False  # the frames given are the frames seen
-        return kw
+        return processor_video_kwargs(self.processor, self.video_input) if modality == "video" else {}
 
     # ------------------------------------------------------------------ embedding
 

@@ -20,7 +20,7 @@ import torch
 
 from vlr_plugins.data.video.sampling import FRAME_STRATEGIES
 
-__all__ = ["VideoInput", "clip_pixels", "image_pixels"]
+__all__ = ["VideoInput", "clip_pixels", "image_pixels", "processor_video_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +130,19 @@ def image_pixels(image: Any, mean: Sequence[float], std: Sequence[float]) -> Any
     if type(image).__module__.startswith("PIL."):
         return image
     raise TypeError(f"an image is a file path, a PIL image or a (3, H, W) tensor, found {type(image).__name__}")
+
+
+def processor_video_kwargs(processor: Any, spec: VideoInput) -> dict[str, Any]:
+    """The processor's keyword arguments for clips under ``spec``: its pixel limits as ``size``,
+    the frames given taken as the frames seen (``do_sample_frames=False``), and the limits as
+    the whole rule (``cap_pixels_per_frame=False``), as CaReBench resizes."""
+    proc = getattr(processor, "video_processor", None)
+    kw: dict[str, Any] = {}
+    size = spec.size(dict(getattr(proc, "size", None) or {}))
+    if size is not None:
+        kw["size"] = size
+    if hasattr(proc, "cap_pixels_per_frame"):
+        kw["cap_pixels_per_frame"] = False
+    if hasattr(proc, "do_sample_frames"):
+        kw["do_sample_frames"] = False
+    return kw

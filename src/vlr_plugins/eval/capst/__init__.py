@@ -27,7 +27,7 @@ from vlr_plugins.eval.capst.scoring import (
     entailed_share,
     f1_score,
 )
-from vlr_plugins.eval.capst.unified import unified_score
+from vlr_plugins.eval.capst.unified import load_capst_result, unified_score
 
 __all__ = [
     "ELEMENT_KINDS",
@@ -51,5 +51,6 @@ __all__ = [
     "read_carebench_references",
     "run_capst",
     "unified_score",
+    "load_capst_result",
     "write_capst_report",
 ]

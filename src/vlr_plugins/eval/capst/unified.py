@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["unified_score"]
+__all__ = ["load_capst_result", "unified_score"]
 
 _PREFERRED = ("carebench/general", "carebench")
 
@@ -37,6 +39,30 @@ def _retrieval_metrics(retrieval: Mapping[str, Any], benchmark: str | None) -> M
     return metrics
 
 
+def _capst_f1(capst: Mapping[str, Any], where: str) -> tuple[float, float]:
+    """The overall action and object F1 of CapST results, or a ConfigError naming ``where``."""
+    scores = capst.get("scores", capst) if isinstance(capst, Mapping) else None
+    try:
+        overall = scores["overall"]
+        return float(overall["action"]["f1"]), float(overall["object"]["f1"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {{'overall': {{'action': {{'f1': ...}}, "
+                          "'object': {'f1': ...}}} (or that under 'scores'), as `vlr capst` writes") from None
+
+
+def load_capst_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The CapST results of ``path`` (``capst.json`` of ``vlr capst``), checked to hold the
+    overall action and object F1 that :func:`unified_score` reads; errors name the file."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            capst = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    _capst_f1(capst, path)
+    return capst
+
+
 def unified_score(retrieval: Mapping[str, Any], capst: Mapping[str, Any], *,
                   benchmark: str | None = None) -> dict[str, float]:
     """``{"avg_r1", "avg_f1", "unified"}``: CaRe's unified score and its two halves, in percent.
@@ -61,13 +87,7 @@ def unified_score(retrieval: Mapping[str, Any], capst: Mapping[str, Any], *,
         55.7
     """
     metrics = _retrieval_metrics(retrieval, benchmark)
-    scores = capst.get("scores", capst)
-    try:
-        overall = scores["overall"]
-        action, obj = float(overall["action"]["f1"]), float(overall["object"]["f1"])
-    except (KeyError, TypeError):
-        raise ConfigError("CapST results: expected {'overall': {'action': {'f1': ...}, "
-                          "'object': {'f1': ...}}} (or that under 'scores')") from None
+    action, obj = _capst_f1(capst, "CapST results")
     avg_r1 = (float(metrics["t2i_r1"]) + float(metrics["i2t_r1"])) / 2
     avg_f1 = (action + obj) / 2
     return {"avg_r1": avg_r1, "avg_f1": avg_f1, "unified": (avg_r1 + avg_f1) / 2}

@@ -1,0 +1,136 @@
+"""``vlr caption``: a detailed caption of every video of a benchmark (or a folder) by a chat MLLM."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+__all__ = ["add_cli"]
+
+
+def _videos(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.mllm.caption_run import videos_in_folder
+
+    if not os.path.isdir(args.videos):
+        raise UsageError("--videos", f"no such folder: {args.videos}")
+    if args.benchmark is None:
+        if args.annotations is not None:
+            raise UsageError("--annotations", "is read for a --benchmark; without one every video in --videos "
+                                              "is captioned")
+        return videos_in_folder(args.videos)
+    if args.benchmark != "carebench":
+        raise UsageError("--benchmark", f"captioning knows carebench (or none: a folder); found {args.benchmark!r}")
+    if args.annotations is None:
+        raise UsageError("--annotations", "--benchmark carebench needs its json/metadata.json")
+    if not os.path.isfile(args.annotations):
+        raise UsageError("--annotations", f"no such file: {args.annotations}")
+    from vlr_plugins.data.readers import read_carebench
+
+    care = read_carebench(args.annotations, media_root=args.videos, check_media=True)
+    return list(zip(care.item_ids, care.media_paths()))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from vlr_plugins.data.errors import OutputExistsError
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.mllm.caption_run import caption_videos
+    from vlr_plugins.mllm.caption_settings import load_caption_settings
+    from vlr_plugins.mllm.captions_file import CaptionsFile
+
+    if args.backend == "vllm":
+        from vlr_plugins.mllm.vllm_backend import require_vllm
+
+        require_vllm("--backend vllm")
+    videos = _videos(args)
+    if args.limit is not None:
+        videos = videos[:args.limit]
+    settings = load_caption_settings(args.settings)
+    if args.prompt is not None:
+        if not args.prompt.strip():
+            raise UsageError("--prompt", "expected a non-empty instruction")
+        from dataclasses import replace
+
+        settings = replace(settings, prompt=args.prompt)
+    if os.path.isdir(args.out):
+        raise OutputExistsError(f"--out: {args.out} is a folder; the captions go into a .jsonl file")
+    if os.path.exists(args.out) and not (args.resume or args.overwrite):
+        raise OutputExistsError(f"--out: {args.out} exists; pass --resume to caption the videos it lacks, or "
+                                f"--overwrite to start it over")
+    if args.resume and args.overwrite:
+        raise UsageError("--resume", "and --overwrite exclude each other")
+    record = {"model": args.model, "backend": args.backend, **settings.describe()}
+    captioner = _captioner(args, settings)
+    with CaptionsFile(args.out, record, resume=args.resume, overwrite=args.overwrite, resume_flag="--resume",
+                      overwrite_flag="--overwrite") as out:
+        if out.cut_partial_line:
+            print(f"{args.out}: cut off a partial last line (a killed run's); that video is captioned again")
+        run = caption_videos(captioner, videos, out, batch_size=args.batch_size, progress=not args.no_progress)
+    print(f"captioned {run.captioned}, already there {run.skipped}, failed {len(run.failed)}: {args.out}")
+    if run.failed:
+        from vlr_plugins.mllm.captions_file import failures_path_of
+
+        print(f"videos that could not be decoded: {failures_path_of(args.out)} (a rerun with --resume tries them "
+              f"again)")
+        return 1
+    return 0
+
+
+def _captioner(args: argparse.Namespace, settings: Any) -> Any:
+    from vlr_plugins.errors import ConfigError
+    from vlr_plugins.mllm.loading import load_eol_embedder
+
+    if args.backend == "vllm":
+        from vlr_plugins.mllm.vllm_backend import VLLMVideoCaptioner
+
+        return VLLMVideoCaptioner(args.model, settings, dtype=args.dtype)
+    from vlr_plugins.mllm.captioner import VideoCaptioner
+
+    emb = load_eol_embedder(args.model, setting="--model", dtype=args.dtype, device=args.device)
+    if emb.kind != "mllm":
+        raise ConfigError(f"--model: {args.model} is a text-only language model; captioning videos needs an MLLM")
+    return VideoCaptioner(emb.model, emb.processor, settings)
+
+
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {text!r}")
+        return value
+    return parse
+
+
+def add_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``vlr caption`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
+    s = subparsers.add_parser(
+        "caption", help="a detailed caption of every video by a chat MLLM (CaReBench captioning, for `vlr capst`)",
+        description="Caption every video of a benchmark (or every video file in a folder) with a chat "
+                    "MLLM: the prompt, frames and generation arguments come from --settings (data: a "
+                    "shipped name or a YAML file). Each caption is appended to --out as soon as it is "
+                    "made; a rerun with --resume captions only the videos the file lacks (a killed run "
+                    "loses at most the batch in flight). docs/capst.md.")
+    s.add_argument("--model", required=True,
+                   help="a chat MLLM: folder or Hub id (Qwen2-VL, a CaRe stage-I folder, a `vlr` MLLM export)")
+    s.add_argument("--benchmark", help="carebench (with --annotations); default: every video in --videos")
+    s.add_argument("--annotations", help="CaReBench's json/metadata.json")
+    s.add_argument("--videos", required=True, help="the folder holding the videos")
+    s.add_argument("--settings", default="carebench",
+                   help="captioning settings: carebench (Table 2: 32 frames, greedy), care_stage1, or a YAML file")
+    s.add_argument("--prompt", help="the instruction (default: the settings', 'Describe the video in detail.')")
+    s.add_argument("--out", required=True, help="the captions file (JSON Lines of {id, caption})")
+    s.add_argument("--resume", action="store_true", help="caption only the videos --out lacks")
+    s.add_argument("--overwrite", action="store_true", help="start --out over")
+    s.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
+                   help="vllm: bulk generation on GPUs (needs vllm and a GPU)")
+    s.add_argument("--batch-size", type=_at_least(1), default=1)
+    s.add_argument("--limit", type=_at_least(1), help="caption only the first N videos")
+    s.add_argument("--dtype", help="bfloat16, float16 or float32 (default: the checkpoint's)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_run)
+    return s

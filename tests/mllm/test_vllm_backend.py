@@ -1,0 +1,84 @@
+"""The vLLM backend: refused with a clear message where vLLM or a GPU is missing; on a GPU with
+vLLM, its embeddings equal the transformers backend's (cosine > 0.999) for texts and videos.
+
+The gpu test needs vLLM, which the GPU check's wheel list (benchmarks/gpu_wheels.txt) does
+not carry: there it fails, saying so (a gpu test may not skip under VLR_REQUIRE_GPU=1), and
+that failure is the honest report that this backend was not run (docs/care.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vlr_plugins.errors import ConfigError  # noqa: E402
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(HAVE_VLLM and torch.cuda.is_available(), reason="vLLM and a GPU are here")
+def test_the_backend_is_refused_where_it_cannot_run(tmp_path):
+    from vlr_plugins.mllm.vllm_backend import VLLMEmbedder, VLLMVideoCaptioner, require_vllm
+
+    missing = "not installed" if not HAVE_VLLM else "none is visible"
+    with pytest.raises(ConfigError, match=missing):
+        require_vllm()
+    with pytest.raises(ConfigError, match=f"VLLMEmbedder: .*{missing}"):
+        VLLMEmbedder(tmp_path / "any-model")
+    with pytest.raises(ConfigError, match=f"--backend vllm: .*{missing}"):
+        VLLMVideoCaptioner(tmp_path / "any-model", "carebench")
+
+
+def _vllm_sized_qwen2vl(folder):
+    """A tiny random Qwen2-VL whose attention heads vLLM's kernels take (head size 64)."""
+    from _tiny_mllm import tiny_processor
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    processor = tiny_processor()
+    tok = processor.tokenizer
+    config = Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         rope_parameters={"rope_type": "default", "mrope_section": [8, 12, 12],
+                                          "rope_theta": 10000.0},
+                         bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=dict(depth=2, embed_dim=64, hidden_size=128, num_heads=1, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=processor.image_token_id, video_token_id=processor.video_token_id,
+        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
+        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
+    torch.manual_seed(0)
+    Qwen2VLForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.gpu
+def test_vllm_and_transformers_embed_alike(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("vllm", reason="vLLM is not installed here: the vLLM backend was not checked "
+                                       "(benchmarks/gpu_wheels.txt does not carry it; docs/care.md)")
+    from _tiny_mllm import clip
+
+    from vlr_plugins.mllm import EOLEmbedder
+    from vlr_plugins.mllm.vllm_backend import VLLMEmbedder
+
+    folder = _vllm_sized_qwen2vl(tmp_path / "tiny")
+    texts = ["A man slices a watermelon.", "two dogs", "Someone opens the door slowly, then leaves."]
+    clips = [clip(4, 56, 56, seed=1), clip(4, 56, 56, seed=2)]
+    video = dict(num_frames=4, min_pixels=28 * 28, max_pixels=56 * 56)
+    hf = EOLEmbedder(folder, prompt="care", dtype="bfloat16", device="cuda", **video)
+    expected_text, expected_video = hf.encode_text(texts).cpu(), hf.encode_video(clips).cpu()
+    del hf
+    torch.cuda.empty_cache()
+    emb = VLLMEmbedder(folder, prompt="care", dtype="bfloat16", gpu_memory_utilization=0.3, enforce_eager=True,
+                       max_model_len=2048, **video)
+    text, video = emb.encode_text(texts), emb.encode_video(clips)
+    assert text.shape == expected_text.shape and video.shape == expected_video.shape
+    assert (text * expected_text).sum(-1).min() > 0.999
+    assert (video * expected_video).sum(-1).min() > 0.999
