@@ -8,7 +8,9 @@ and ``STEPS.jsonl`` (one ``{"step", "status", "rc", "seconds", "note"}``
 per step, written by the shell script), adds the machine (GPU, driver, torch, CUDA, Python)
 and the versions of the packages carried in each ``--site``, prints the Markdown, and exits
 1 unless everything passed: every step ``ok``, no test failed, errored or skipped (the GPU
-check requires them all), and each engine precision's recalls equal fp32's.
+check requires them all), and each engine precision's recalls equal fp32's. A test skipped
+because an optional accelerator package is not installed (tests/conftest.py's
+``optional_package`` marker) is listed as ``not run (optional)`` and is not a failure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+#: the start of a skip reason for a missing optional package (tests/conftest.py)
+OPTIONAL_SKIP = "optional package not installed"
+
 
 def read_junit(path: Path) -> list[dict]:
     """One ``{"id", "outcome", "seconds", "message"}`` per test case of a pytest JUnit XML file."""
@@ -37,6 +42,8 @@ def read_junit(path: Path) -> list[dict]:
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                 text = (child.get("message") or child.text or "").strip()
                 message = text.splitlines()[0][:300] if text else ""
+                if outcome == "skipped" and OPTIONAL_SKIP in message:
+                    outcome = "not run (optional)"
                 break
         name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
         cases.append({"id": name, "outcome": outcome, "seconds": float(case.get("time") or 0), "message": message})
@@ -136,7 +143,7 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
     problems = [f"step {st['step']}: {st['status']}" + (f" ({st['note']})" if st.get("note") else "")
                 for st in steps if st["status"] != "ok"]
     problems += [f"test {t['id']}: {t['outcome']}" + (f": {t['message']}" if t["message"] else "")
-                 for t in tests if t["outcome"] != "passed"]
+                 for t in tests if t["outcome"] not in ("passed", "not run (optional)")]
     problems += [f"benchmark {c['size']}: {c['precision']} recalls differ from fp32"
                  for c in checks if not c["equal_to_fp32"]]
     if not tests:

@@ -5,6 +5,11 @@ A test marked ``@pytest.mark.gpu`` needs a CUDA device: without one it skips, an
 ``VLR_REQUIRE_GPU=1`` (set by ``benchmarks/gpu_check.sh``) it fails instead, as does any
 other skip of such a test (a missing package, say) and any skip of the whole module that
 holds it, so that the GPU check never passes by running nothing.
+
+The one exception is an optional accelerator package (vLLM, flash-attn): a gpu test marked
+``@pytest.mark.optional_package("vllm")`` skips when that package is not installed, even
+under ``VLR_REQUIRE_GPU=1``, with a reason that starts with :data:`OPTIONAL_SKIP`; the GPU
+check's summary lists it as not run, apart from the failures.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 #: set by benchmarks/gpu_check.sh: a ``gpu`` test may not skip
 REQUIRE_GPU = "VLR_REQUIRE_GPU"
+#: how a skip for a missing optional package starts (benchmarks/gpu_summary.py reads it)
+OPTIONAL_SKIP = "optional package not installed"
 #: how benchmarks/gpu_check.sh finds the files that hold gpu tests
 _GPU_MARK = re.compile(r"\bmark\.gpu\b")
 
@@ -37,6 +44,14 @@ def pytest_collection_modifyitems(config, items):
                                        f"{torch.version.cuda}, none visible); benchmarks/gpu_check.sh runs it on one")
         for item in gpu:
             item.add_marker(skip)
+        return
+    import importlib.util
+
+    for item in gpu:
+        for mark in item.iter_markers("optional_package"):
+            missing = [name for name in mark.args if importlib.util.find_spec(name) is None]
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"{OPTIONAL_SKIP}: {', '.join(missing)} (not run)"))
 
 
 def _reason(longrepr) -> str:
@@ -47,7 +62,8 @@ def _reason(longrepr) -> str:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and _gpu_required() and item.get_closest_marker("gpu") is not None:
+    if (report.skipped and _gpu_required() and item.get_closest_marker("gpu") is not None
+            and not _reason(report.longrepr).startswith(OPTIONAL_SKIP)):
         report.outcome = "failed"
         report.longrepr = f"a gpu test may not skip under {REQUIRE_GPU}=1; it did: {_reason(report.longrepr)}"
 

@@ -1,0 +1,63 @@
+"""The GPU check's summary (benchmarks/gpu_summary.py) and the gpu marker's rule (tests/conftest.py):
+a gpu test that skips fails under VLR_REQUIRE_GPU=1, except one whose optional package is missing,
+which the summary lists as not run."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summary_module():
+    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "benchmarks" / "gpu_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_pytest(folder: Path, body: str, *, require: bool) -> list[dict]:
+    """The JUnit cases of ``body`` run under the project's conftest, with or without VLR_REQUIRE_GPU."""
+    folder.mkdir()
+    (folder / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    (folder / "test_probe.py").write_text(body)
+    junit = folder / "junit.xml"
+    env = {"PATH": "/usr/bin:/bin", "VLR_REQUIRE_GPU": "1" if require else "0", "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                    "-o", "markers=gpu\noptional_package", "test_probe.py"],
+                   cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    return _summary_module().read_junit(junit)
+
+
+def test_a_skipped_gpu_test_fails_under_require_gpu_and_skips_without(tmp_path):
+    body = "import pytest\n\n@pytest.mark.gpu\ndef test_on_cuda():\n    pytest.skip('no package here')\n"
+    free = _run_pytest(tmp_path / "free", body, require=False)
+    required = _run_pytest(tmp_path / "required", body, require=True)
+    assert [c["outcome"] for c in free] == ["skipped"]
+    assert [c["outcome"] for c in required] in (["failed"], ["error"])  # error: skipped at setup (no CUDA)
+    assert "may not skip" in required[0]["message"]
+
+
+def test_a_missing_optional_package_is_listed_as_not_run(tmp_path):
+    summary = _summary_module()
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.mllm.test_vllm_backend" name="test_vllm" time="0.01">'
+        f'<skipped message="{summary.OPTIONAL_SKIP}: vllm (not run)"/></testcase>'
+        '<testcase classname="tests.x" name="test_other" time="0.01">'
+        '<skipped message="needs a CUDA device"/></testcase>'
+        '<testcase classname="tests.y" name="test_ok" time="0.5"/>'
+        '</testsuite></testsuites>')
+    outcomes = {c["id"].rsplit("::", 1)[-1]: c["outcome"] for c in summary.read_junit(junit)}
+    assert outcomes == {"test_vllm": "not run (optional)", "test_other": "skipped", "test_ok": "passed"}
+
+
+def test_the_summary_and_the_conftest_agree_on_the_optional_skip_reason():
+    spec = importlib.util.spec_from_file_location("vlr_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.OPTIONAL_SKIP == _summary_module().OPTIONAL_SKIP
