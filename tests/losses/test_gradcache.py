@@ -281,6 +281,15 @@ def test_a_trainable_tensor_outside_parameters_is_an_error_at_backward():
         emb.sum().backward()
 
 
+def test_a_second_backward_is_refused_with_a_reason():
+    encoder = nn.Linear(4, 3)
+    emb = cached_encode(encoder, torch.randn(6, 4), chunk_size=2, parameters=encoder)
+    loss = emb.square().sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=r"cached_encode: a second backward .* not supported"):
+        loss.backward()
+
+
 def test_a_parameter_the_encoder_does_not_read_gets_no_gradient_and_a_warning(monkeypatch):
     monkeypatch.setattr(gradcache_module, "_warned_unused", False)
     encoder, unused = nn.Linear(4, 3), nn.Linear(2, 2)

@@ -169,6 +169,9 @@ class _CachedEncode(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):  # type: ignore[override]
+        if ctx.chunks is None:  # cleared by the first backward, which freed the chunks' graphs
+            raise RuntimeError(f"{_WHERE}: a second backward through the same cached encoding "
+                               f"(retain_graph=True) is not supported; encode again for each backward")
         params = ctx.params
         totals: list[Tensor | None] = [None] * len(params)
         start = 0
