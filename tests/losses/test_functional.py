@@ -23,9 +23,11 @@ def _dot(a: list[float], b: list[float]) -> float:
 
 
 def reference_loss(
-    image, text, owner, temperature, neg=None, neg_owner=None, variant="mean_log", scope="batch"
+    image, text, owner, temperature, neg=None, neg_owner=None, variant="mean_log", scope="batch",
+    eps=0.0,
 ) -> float:
-    """The docstring formula, one image / one caption at a time, in python floats."""
+    """The docstring formula, one image / one caption at a time, in python floats; ``eps``
+    (label smoothing) mixes each term with the mean of ``-log p`` over the candidates."""
     t = float(temperature)
     images = [_unit(r) for r in image.tolist()]
     texts = [_unit(r) for r in text.tolist()]
@@ -42,14 +44,18 @@ def reference_loss(
         log_z = math.log(sum(math.exp(s) for s in seen))
         positives = [_dot(v, w) / t for j, w in enumerate(texts) if owner[j] == i]
         if variant == "mean_log":
-            i2t.append(sum(log_z - s for s in positives) / len(positives))
+            term = sum(log_z - s for s in positives) / len(positives)
         else:
-            i2t.append(log_z - math.log(sum(math.exp(s) for s in positives)))
+            term = log_z - math.log(sum(math.exp(s) for s in positives))
+        uniform = sum(log_z - s for s in seen) / len(seen)
+        i2t.append((1 - eps) * term + eps * uniform)
 
     t2i = []
     for j, w in enumerate(texts):
         scores = [_dot(w, v) / t for v in images]
-        t2i.append(math.log(sum(math.exp(s) for s in scores)) - scores[owner[j]])
+        log_z = math.log(sum(math.exp(s) for s in scores))
+        uniform = sum(log_z - s for s in scores) / len(scores)
+        t2i.append((1 - eps) * (log_z - scores[owner[j]]) + eps * uniform)
 
     return (sum(i2t) / len(i2t) + sum(t2i) / len(t2i)) / 2
 
@@ -96,6 +102,58 @@ def test_matches_reference_with_hard_negatives(variant, scope, case):
                                   neg_owner=neg_owner, variant=variant, hard_negative_scope=scope)
     expected = reference_loss(image, text, owner, 0.2, neg, neg_owner, variant, scope)
     assert loss.item() == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
+def test_label_smoothing_with_one_caption_per_image_is_torchs(eps):
+    image, text, owner, _ = _batch([0, 1, 2, 3, 4], 5, seed=7)
+    logits = F.normalize(image, dim=-1) @ F.normalize(text, dim=-1).T / 0.07
+    torch_loss = (F.cross_entropy(logits, owner, label_smoothing=eps)
+                  + F.cross_entropy(logits.T, owner, label_smoothing=eps)) / 2
+    for variant in ("mean_log", "log_sum"):
+        ours = multi_positive_infonce(image, text, owner, temperature=0.07, variant=variant,
+                                      label_smoothing=eps)
+        torch.testing.assert_close(ours, torch_loss)
+
+
+@pytest.mark.parametrize("variant", ["mean_log", "log_sum"])
+@pytest.mark.parametrize("case", ["k_varies", "unordered", "single_image_three_texts"])
+def test_label_smoothing_with_several_captions_matches_reference(variant, case):
+    owner, num_images = OWNERS[case]
+    image, text, text_owner, _ = _batch(owner, num_images, seed=8)
+    loss = multi_positive_infonce(image, text, text_owner, temperature=0.1, variant=variant,
+                                  label_smoothing=0.1)
+    expected = reference_loss(image, text, owner, 0.1, variant=variant, eps=0.1)
+    assert loss.item() == pytest.approx(expected, rel=1e-10)
+    if num_images > 1:  # one image: its captions are all its candidates, nothing to smooth
+        assert loss.item() != pytest.approx(reference_loss(image, text, owner, 0.1, variant=variant))
+
+
+@pytest.mark.parametrize("variant", ["mean_log", "log_sum"])
+@pytest.mark.parametrize("scope", ["batch", "own"])
+def test_label_smoothing_with_hard_negatives_matches_reference(variant, scope):
+    """The smoothing share reaches the negatives an image sees, not those hidden from it."""
+    image, text, text_owner, neg = _batch([0, 0, 1, 2, 2, 2], 3, num_neg=5, seed=9)
+    neg_owner = torch.tensor([0, 0, 2, 2, 0])
+    loss = multi_positive_infonce(image, text, text_owner, temperature=0.2, neg_emb=neg,
+                                  neg_owner=neg_owner, variant=variant, hard_negative_scope=scope,
+                                  label_smoothing=0.2)
+    expected = reference_loss(image, text, text_owner, 0.2, neg, neg_owner, variant, scope, eps=0.2)
+    assert loss.item() == pytest.approx(expected, rel=1e-10)
+
+
+def test_mean_log_label_smoothing_is_cross_entropy_with_smoothed_soft_targets():
+    """Several captions: the target of image i is (1 - eps) / |P(i)| on its captions plus
+    eps / N on every caption; captions to images are torch's smoothed cross-entropy."""
+    image, text, owner, _ = _batch([0, 0, 1, 2, 2, 2], 3, seed=10)
+    eps, temp = 0.3, 0.1
+    logits = F.normalize(image, dim=-1) @ F.normalize(text, dim=-1).T / temp
+    positive = (owner.unsqueeze(0) == torch.arange(3).unsqueeze(1)).double()
+    target = (1 - eps) * positive / positive.sum(1, keepdim=True) + eps / text.shape[0]
+    i2t = -(target * F.log_softmax(logits, dim=1)).sum(1).mean()
+    t2i = F.cross_entropy(logits.T, owner, label_smoothing=eps)
+    ours = multi_positive_infonce(image, text, owner, temperature=temp, label_smoothing=eps)
+    torch.testing.assert_close(ours, (i2t + t2i) / 2)
 
 
 def test_negatives_raise_the_loss_and_own_scope_sees_fewer():
@@ -209,6 +267,8 @@ def _call(image_shape=(3, 4), text_shape=(4, 4), owner=(0, 1, 2, 2), **kw):
          r"neg_owner must have one entry per row of neg_emb"),
         (dict(neg_emb=torch.randn(2, 3)), r"neg_emb must have the embedding size"),
         (dict(neg_owner=torch.tensor([0])), r"neg_owner was given without neg_emb"),
+        (dict(label_smoothing=1.5), r"label_smoothing must be a number in \[0, 1\]; found 1.5"),
+        (dict(label_smoothing=-0.1), r"label_smoothing must be a number in \[0, 1\]; found -0.1"),
     ],
 )
 def test_validation_errors(kwargs, message):

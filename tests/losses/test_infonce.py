@@ -68,6 +68,28 @@ def test_multi_positive_module_is_the_functional(variant):
     torch.testing.assert_close(ours, expected)
 
 
+@pytest.mark.parametrize("cls", LOSS_CLASSES)
+def test_modules_pass_label_smoothing_to_the_functional(cls):
+    image, text, neg = _emb(3, 8, seed=11), _emb(3, 8, seed=12), _emb(2, 8, seed=13)
+    owner = torch.arange(3)
+    negatives = {"neg_emb": neg} if cls is HardNegativeInfoNCELoss else {}
+    ours = cls(temperature=0.1, label_smoothing=0.1)(image, text, owner, **negatives)
+    expected = multi_positive_infonce(image, text, owner, temperature=0.1, label_smoothing=0.1,
+                                      **negatives)
+    torch.testing.assert_close(ours, expected)
+    assert ours != cls(temperature=0.1)(image, text, owner, **negatives)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"label_smoothing": 1.1}, r"label_smoothing must be a number in \[0, 1\]; found 1.1"),
+    ({"cache_chunk": 0}, r"cache_chunk must be an integer >= 1 .* found 0"),
+    ({"cache_chunk": 8.0}, r"cache_chunk must be an integer >= 1 .* found 8.0"),
+])
+def test_constructor_checks_smoothing_and_chunk(kwargs, message):
+    with pytest.raises(ValueError, match=rf"MultiPositiveInfoNCELoss: {message}"):
+        MultiPositiveInfoNCELoss(**kwargs)
+
+
 def test_text_owner_none_needs_one_caption_per_image():
     with pytest.raises(ValueError, match=r"text_owner=None means caption i belongs to image i.*"
                                          r"found 2 images and 3 captions"):
@@ -188,7 +210,7 @@ def test_fixed_temperature_is_not_a_parameter():
 @pytest.mark.parametrize("cls", LOSS_CLASSES)
 def test_config_dict_rebuilds_the_loss(cls):
     loss_fn = cls(temperature=0.05, learnable_temperature=True, temperature_range=(0.01, 0.2),
-                  gather=False)
+                  gather=False, label_smoothing=0.1, cache_chunk=16)
     config = loss_fn.get_config_dict()
     json.dumps(config)  # goes into a model card
     assert cls(**config).get_config_dict() == config

@@ -75,6 +75,28 @@ def test_matches_reference(rows, dim, k, t, w):
     torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-12)
 
 
+def test_label_smoothing_smooths_the_four_cross_entropies():
+    """Long-CLIP's model_longclip.py: every cross-entropy with label_smoothing=0.1."""
+    image, long_text, short_text = _triple(12, 8, seed=4)
+    eps, t, k = 0.1, 0.05, 3
+
+    def smoothed_clip(a, b):
+        logits = a @ b.T / t
+        target = torch.arange(a.shape[0])
+        return (F.cross_entropy(logits, target, label_smoothing=eps)
+                + F.cross_entropy(logits.T, target, label_smoothing=eps)) / 2
+
+    x, long_n, short_n = (F.normalize(r, dim=-1) for r in (image, long_text, short_text))
+    expected = smoothed_clip(x, long_n) + smoothed_clip(reference_pca(x, k), short_n)
+    loss = primary_component_matching(image, long_text, short_text, num_components=k,
+                                      temperature=t, label_smoothing=eps)
+    torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-12)
+    module = PrimaryComponentMatchingLoss(num_components=k, temperature=t,
+                                          learnable_temperature=False, label_smoothing=eps)
+    torch.testing.assert_close(module(image, long_text, short_text), expected)
+    assert module.get_config_dict()["label_smoothing"] == eps
+
+
 def test_defaults_are_long_clips():
     image, long_text, short_text = _triple(40, 48, seed=1)
     loss = primary_component_matching(image, long_text, short_text)
@@ -260,6 +282,7 @@ def test_registered_by_name():
         ({"short_weight": -1.0}, r"short_weight must be >= 0; found -1.0"),
         ({"temperature": 0.0}, r"temperature must be > 0; found 0.0"),
         ({"temperature": torch.ones(2)}, r"temperature must be a scalar"),
+        ({"label_smoothing": 2}, r"label_smoothing must be a number in \[0, 1\]; found 2"),
     ],
 )
 def test_argument_errors(kwargs, message):

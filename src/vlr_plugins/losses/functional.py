@@ -32,6 +32,7 @@ def multi_positive_infonce(
     variant: Literal["mean_log", "log_sum"] = "mean_log",
     hard_negative_scope: Literal["batch", "own"] = "batch",
     gather: bool | None = None,
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """Symmetric contrastive loss between B images and N >= B captions.
 
@@ -50,6 +51,9 @@ def multi_positive_infonce(
         gather: gather all ranks' rows (with gradient) and compute the loss on the
             global batch; ``None`` = when ``torch.distributed`` runs with > 1 process.
             All ranks must agree on whether ``neg_emb`` / ``neg_owner`` are given.
+        label_smoothing: ``eps`` in ``[0, 1]``; every query's target keeps ``1 - eps`` of
+            its weight and spreads ``eps`` evenly over the candidates it is scored
+            against, as ``F.cross_entropy(..., label_smoothing=eps)`` (formula below).
 
     Formula (embeddings L2-normalised, ``s(a, b) = cos(a, b) / temperature``,
     ``P(i)`` the captions of image ``i``, ``p_i(j)`` the softmax of ``s(i, .)`` over
@@ -59,6 +63,20 @@ def multi_positive_infonce(
         i2t_log_sum(i)  = -log sum_{j in P(i)} p_i(j)
         t2i(j)          = -log softmax_k s(j, k) at k = owner(j)     (over the B images)
         loss = (mean_i i2t(i) + mean_j t2i(j)) / 2
+
+    With ``label_smoothing = eps > 0``, ``C(i)`` the ``K_i`` candidates image ``i`` is
+    scored against (all N captions and the negatives it sees)::
+
+        i2t(i) <- (1 - eps) * i2t(i) + eps * mean_{k in C(i)} -log p_i(k)
+        t2i(j) <- (1 - eps) * t2i(j) + eps * mean_{k < B} -log softmax_k s(j, k)
+
+    With one caption per image each term is ``F.cross_entropy(logits, target,
+    label_smoothing=eps)``. With several captions the smoothed target of image ``i`` is
+    ``(1 - eps) * q_i + eps / K_i`` on every candidate, ``q_i`` the variant's target:
+    ``1/|P(i)|`` on each positive for ``mean_log`` (BLIP's soft targets); for ``log_sum``
+    the positives count as one merged class (their summed probability). The ``eps``
+    share reaches every candidate, positives included; an ``"own"``-scope negative of
+    another image is no candidate of image ``i`` and gets none.
 
     Reference:
         Radford et al., "Learning Transferable Visual Models From Natural Language
@@ -87,7 +105,7 @@ def multi_positive_infonce(
     """
     _check_arguments(
         image_emb, text_emb, text_owner, temperature, neg_emb, neg_owner, variant,
-        hard_negative_scope,
+        hard_negative_scope, label_smoothing,
     )
     image = F.normalize(image_emb, dim=-1)
     text = F.normalize(text_emb, dim=-1)
@@ -107,7 +125,7 @@ def multi_positive_infonce(
         if own is not None:
             own, _ = gather_owners(own, num_local_images)
 
-    return _symmetric_loss(image, text, owner, temperature, neg, own, variant)
+    return _symmetric_loss(image, text, owner, temperature, neg, own, variant, label_smoothing)
 
 
 def _symmetric_loss(
@@ -118,6 +136,7 @@ def _symmetric_loss(
     neg: Tensor | None,
     neg_owner: Tensor | None,
     variant: str,
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """The loss on normalised, already gathered rows; ``neg_owner`` given = scope "own"."""
     num_images, num_texts = image.shape[0], text.shape[0]
@@ -125,20 +144,30 @@ def _symmetric_loss(
     logits = image @ text.T / temperature  # (B, N)
     positive = owner.unsqueeze(0) == image_ids  # (B, N)
 
-    t2i = F.cross_entropy(logits.T, owner)
+    t2i = F.cross_entropy(logits.T, owner, label_smoothing=label_smoothing)
 
     i2t_logits = logits
+    seen = None  # (B, N + M) the candidates of each image, when some are hidden from it
     if neg is not None:
         neg_logits = image @ neg.T / temperature  # (B, M)
         if neg_owner is not None:
-            neg_logits = neg_logits.masked_fill(neg_owner.unsqueeze(0) != image_ids, float("-inf"))
+            own = neg_owner.unsqueeze(0) == image_ids
+            neg_logits = neg_logits.masked_fill(~own, float("-inf"))
+            seen = torch.cat([torch.ones_like(positive), own], dim=1)
         i2t_logits = torch.cat([logits, neg_logits], dim=1)
     # the negatives are only in the normaliser; every row keeps >= 1 finite positive
-    log_prob = F.log_softmax(i2t_logits, dim=1)[:, :num_texts]
+    all_log_prob = F.log_softmax(i2t_logits, dim=1)
+    log_prob = all_log_prob[:, :num_texts]
     if variant == "mean_log":
         per_image = -torch.where(positive, log_prob, 0.0).sum(1) / positive.sum(1)
     else:
         per_image = -torch.logsumexp(log_prob.masked_fill(~positive, float("-inf")), dim=1)
+    if label_smoothing:
+        if seen is None:
+            uniform = -all_log_prob.mean(1)
+        else:
+            uniform = -torch.where(seen, all_log_prob, 0.0).sum(1) / seen.sum(1)
+        per_image = (1 - label_smoothing) * per_image + label_smoothing * uniform
     return (per_image.mean() + t2i) / 2
 
 
@@ -150,6 +179,14 @@ def _check_temperature(where: str, temperature: float | Tensor) -> None:
             )
     elif not temperature > 0:
         raise ValueError(f"{where}: temperature must be > 0; found {temperature!r}")
+
+
+def _check_label_smoothing(where: str, label_smoothing: float) -> None:
+    """``label_smoothing`` must be a number in ``[0, 1]`` (torch's ``cross_entropy`` range)."""
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
+        0.0 <= label_smoothing <= 1.0
+    ):
+        raise ValueError(f"{where}: label_smoothing must be a number in [0, 1]; found {label_smoothing!r}")
 
 
 def _check_rows(name: str, x: Tensor, dim: int | None) -> None:
@@ -188,7 +225,9 @@ def _check_arguments(
     neg_owner: Tensor | None,
     variant: str,
     hard_negative_scope: str,
+    label_smoothing: float = 0.0,
 ) -> None:
+    _check_label_smoothing(_WHERE, label_smoothing)
     if variant not in VARIANTS:
         raise ValueError(f"{_WHERE}: variant must be one of {VARIANTS}; found {variant!r}")
     if hard_negative_scope not in HARD_NEGATIVE_SCOPES:

@@ -1,5 +1,6 @@
 """InfoNCE modules over :func:`~vlr_plugins.losses.multi_positive_infonce`: one caption
-per image, several captions, hard negatives; fixed or learnable (clamped) temperature."""
+per image, several captions, hard negatives; fixed or learnable (clamped) temperature,
+label smoothing, and the chunk size of gradient caching for the trainers."""
 
 from __future__ import annotations
 
@@ -12,22 +13,32 @@ from torch import Tensor, nn
 from vlr_plugins.losses.functional import (
     HARD_NEGATIVE_SCOPES,
     VARIANTS,
+    _check_label_smoothing,
     _check_temperature,
     multi_positive_infonce,
 )
+from vlr_plugins.losses.gradcache import _check_cache_chunk
 from vlr_plugins.registry import LOSSES
 
 __all__ = ["InfoNCELoss", "MultiPositiveInfoNCELoss", "HardNegativeInfoNCELoss"]
 
 
 class _ContrastiveLoss(nn.Module):
-    """Temperature, ``gather`` and config shared by the InfoNCE modules.
+    """Temperature, ``gather``, label smoothing, cache chunk and config shared by the
+    InfoNCE modules.
 
     Every ``forward`` takes an optional keyword ``temperature``, as open_clip's
     ``ClipLoss.forward(image_features, text_features, logit_scale)`` takes its scale at
     call time: a positive float or a 0-d tensor (gradients flow into a tensor, e.g.
     ``1 / model.logit_scale.exp()``) used for that call instead of the module's own;
     ``None`` = the module's own temperature (fixed, or learnable and clamped).
+
+    ``label_smoothing`` (``eps`` in ``[0, 1]``) smooths every cross-entropy of the loss as
+    :func:`~vlr_plugins.losses.multi_positive_infonce` documents. ``cache_chunk`` (rows,
+    or ``None``) is not used by ``forward``: it asks the trainer integrations (MMEngine,
+    open_clip, LAVIS) to encode the texts, and a trained vision tower's images, with
+    gradient caching in chunks of that many rows
+    (:func:`~vlr_plugins.losses.cached_encode`); loss and gradients stay the uncached ones.
     """
 
     # what a loss can consume; recipes are checked against these before training
@@ -41,9 +52,13 @@ class _ContrastiveLoss(nn.Module):
         learnable_temperature: bool = False,
         temperature_range: Sequence[float] = (0.001, 0.5),
         gather: bool | None = None,
+        label_smoothing: float = 0.0,
+        cache_chunk: int | None = None,
     ) -> None:
         super().__init__()
         where = type(self).__name__
+        _check_label_smoothing(where, label_smoothing)
+        _check_cache_chunk(where, cache_chunk)
         low, high = (float(t) for t in temperature_range)
         if not 0 < low < high:
             raise ValueError(
@@ -60,6 +75,8 @@ class _ContrastiveLoss(nn.Module):
         self.learnable_temperature = bool(learnable_temperature)
         self.temperature_range = (low, high)
         self.gather = gather
+        self.label_smoothing = float(label_smoothing)
+        self.cache_chunk = cache_chunk
         self.temperature: nn.Parameter | float
         if self.learnable_temperature:
             self.temperature = nn.Parameter(torch.tensor(float(temperature)))
@@ -110,6 +127,7 @@ class _ContrastiveLoss(nn.Module):
             self._owner(image_emb, text_emb, text_owner),
             temperature=self._temperature(temperature),
             gather=self.gather,
+            label_smoothing=self.label_smoothing,
             **kwargs,
         )
 
@@ -122,6 +140,8 @@ class _ContrastiveLoss(nn.Module):
             "learnable_temperature": self.learnable_temperature,
             "temperature_range": self.temperature_range,
             "gather": self.gather,
+            "label_smoothing": self.label_smoothing,
+            "cache_chunk": self.cache_chunk,
         }
 
     def extra_repr(self) -> str:
@@ -137,7 +157,9 @@ class InfoNCELoss(_ContrastiveLoss):
     describes image ``i``). Embeddings are L2-normalised inside. The keyword
     ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
     sets this call's temperature, as ``ClipLoss`` takes ``logit_scale`` at call time;
-    ``None`` = the module's own (fixed, or learnable and clamped).
+    ``None`` = the module's own (fixed, or learnable and clamped). ``label_smoothing``
+    smooths both cross-entropies as ``F.cross_entropy(..., label_smoothing=)`` does;
+    ``cache_chunk`` turns on gradient caching in the trainers (``CachedInfoNCELoss``).
 
     Formula: ``s = cos(image, text) / temperature`` ``(B, B)``; with captions in image
     order, ``loss = (CE(s, arange(B)) + CE(s.T, arange(B))) / 2``.
@@ -195,7 +217,9 @@ class MultiPositiveInfoNCELoss(_ContrastiveLoss):
     e.g. ``[0, 0, 1, 2, 2, 2]``). Embeddings are L2-normalised inside. The keyword
     ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
     sets this call's temperature; ``None`` = the module's own (fixed, or learnable and
-    clamped).
+    clamped). ``label_smoothing`` and ``cache_chunk`` (gradient caching in the trainers,
+    ``CachedMultiPositiveInfoNCELoss``) as in ``InfoNCELoss``; with several captions the
+    smoothing is that of :func:`~vlr_plugins.losses.multi_positive_infonce`.
 
     Formula: with ``p_i`` the softmax of image ``i`` over all N captions and ``P(i)``
     its captions, ``variant="mean_log"``: ``-mean_{j in P(i)} log p_i(j)``;
@@ -231,8 +255,11 @@ class MultiPositiveInfoNCELoss(_ContrastiveLoss):
         learnable_temperature: bool = False,
         temperature_range: Sequence[float] = (0.001, 0.5),
         gather: bool | None = None,
+        label_smoothing: float = 0.0,
+        cache_chunk: int | None = None,
     ) -> None:
-        super().__init__(temperature, learnable_temperature, temperature_range, gather)
+        super().__init__(temperature, learnable_temperature, temperature_range, gather,
+                         label_smoothing, cache_chunk)
         if variant not in VARIANTS:
             raise ValueError(f"{type(self).__name__}: variant must be one of {VARIANTS}; "
                              f"found {variant!r}")
@@ -265,7 +292,8 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
     image each was written for (required by ``hard_negative_scope="own"``). The keyword
     ``temperature`` (a positive float or a 0-d tensor, gradients flow into a tensor)
     sets this call's temperature; ``None`` = the module's own (fixed, or learnable and
-    clamped).
+    clamped). ``label_smoothing`` spreads its share over the captions and the negatives
+    each image sees; ``cache_chunk`` as in ``InfoNCELoss`` (``CachedHardNegativeInfoNCELoss``).
 
     Formula: as ``MultiPositiveInfoNCELoss``, but image ``i``'s softmax runs over the
     N captions plus the negatives it sees: all M (``"batch"``, NegCLIP) or those with
@@ -302,8 +330,11 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
         learnable_temperature: bool = False,
         temperature_range: Sequence[float] = (0.001, 0.5),
         gather: bool | None = None,
+        label_smoothing: float = 0.0,
+        cache_chunk: int | None = None,
     ) -> None:
-        super().__init__(variant, temperature, learnable_temperature, temperature_range, gather)
+        super().__init__(variant, temperature, learnable_temperature, temperature_range, gather,
+                         label_smoothing, cache_chunk)
         if hard_negative_scope not in HARD_NEGATIVE_SCOPES:
             raise ValueError(
                 f"{type(self).__name__}: hard_negative_scope must be one of "
@@ -332,3 +363,9 @@ class HardNegativeInfoNCELoss(MultiPositiveInfoNCELoss):
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"hard_negative_scope": self.hard_negative_scope, **super().get_config_dict()}
+
+
+def _without_infonce_options(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` less the InfoNCE modules' ``label_smoothing`` and ``cache_chunk``, for the
+    losses that share their base class but take neither (the video-text losses)."""
+    return {k: v for k, v in config.items() if k not in ("label_smoothing", "cache_chunk")}

@@ -17,7 +17,11 @@ from torch import Tensor
 
 from vlr_plugins.losses._gather import gather_rows_with_grad, should_gather
 from vlr_plugins.losses.infonce import _ContrastiveLoss
-from vlr_plugins.losses.functional import _check_temperature, multi_positive_infonce
+from vlr_plugins.losses.functional import (
+    _check_label_smoothing,
+    _check_temperature,
+    multi_positive_infonce,
+)
 from vlr_plugins.registry import LOSSES
 
 __all__ = [
@@ -72,6 +76,7 @@ def primary_component_matching(
     temperature: float | Tensor = LONG_CLIP_TEMPERATURE,
     short_weight: float = 1.0,
     gather: bool | None = None,
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """Long-CLIP's loss: InfoNCE to long captions plus InfoNCE of PCA-reduced images to short.
 
@@ -88,6 +93,8 @@ def primary_component_matching(
         gather: gather all ranks' rows (with gradient), take the principal components of
             the global batch and compute the loss on it; ``None`` = when
             ``torch.distributed`` runs with > 1 process.
+        label_smoothing: ``eps`` of all four cross-entropies (Long-CLIP: 0.1), as
+            ``F.cross_entropy(..., label_smoothing=eps)``.
 
     Formula (where Long-CLIP normalises: image and text embeddings are L2-normalised
     first; the PCA runs on the normalised image rows and its output is *not*
@@ -95,7 +102,7 @@ def primary_component_matching(
 
         x = normalize(image_emb); l = normalize(long_text_emb); s = normalize(short_text_emb)
         x_pc = principal_component_reconstruction(x, num_components)   # global batch
-        CLIP(a, b) = (CE(a @ b.T / T, arange(B)) + CE(b @ a.T / T, arange(B))) / 2
+        CLIP(a, b) = (CE(a @ b.T / T, arange(B)) + CE(b @ a.T / T, arange(B))) / 2   # CE smoothed by eps
         loss = CLIP(x, l) + short_weight * CLIP(x_pc, s)
 
     Warns once per process when ``B - 1 <= num_components`` (or ``D <= num_components``)
@@ -108,12 +115,12 @@ def primary_component_matching(
 
     Relations:
         Each term is :func:`~vlr_plugins.losses.multi_positive_infonce` with one caption per
-        image (= ``InfoNCELoss``). Differences from Long-CLIP's code: no label smoothing
-        (Long-CLIP uses ``label_smoothing=0.1`` in all four cross-entropies); in a
-        distributed run the components come from the global batch and every rank returns
-        the global loss, where Long-CLIP takes them from each rank's local batch and
-        computes local rows against gathered columns. On one process, without label
-        smoothing, the two agree. Module: ``PrimaryComponentMatchingLoss``.
+        image (= ``InfoNCELoss``). Long-CLIP smooths all four cross-entropies by 0.1
+        (``label_smoothing=0.1``; the default here is 0, plain InfoNCE). Difference from
+        Long-CLIP's code: in a distributed run the components come from the global batch
+        and every rank returns the global loss, where Long-CLIP takes them from each rank's
+        local batch and computes local rows against gathered columns. On one process the
+        two agree. Module: ``PrimaryComponentMatchingLoss``.
 
     Example:
         >>> import torch
@@ -125,6 +132,7 @@ def primary_component_matching(
     """
     _check_arguments(image_emb, long_text_emb, short_text_emb, num_components, temperature,
                      short_weight)
+    _check_label_smoothing(_WHERE, label_smoothing)
     image = F.normalize(image_emb, dim=-1)
     long_text, short_text = long_text_emb, short_text_emb
     if isinstance(temperature, Tensor):
@@ -139,14 +147,16 @@ def primary_component_matching(
     if num_components >= min(rows - 1, dim):
         _warn_no_op(rows, dim, num_components)
     owner = torch.arange(rows, device=image.device)
-    fine = multi_positive_infonce(image, long_text, owner, temperature=temperature, gather=False)
+    fine = multi_positive_infonce(image, long_text, owner, temperature=temperature, gather=False,
+                                  label_smoothing=label_smoothing)
     if short_weight == 0:
         return fine
 
     reduced = principal_component_reconstruction(image, num_components)
     lifted, scale = _lift_to_common_norm(reduced)
     coarse = multi_positive_infonce(
-        lifted, F.pad(short_text, (0, 1)), owner, temperature=temperature / scale, gather=False
+        lifted, F.pad(short_text, (0, 1)), owner, temperature=temperature / scale, gather=False,
+        label_smoothing=label_smoothing,
     )
     return fine + short_weight * coarse
 
@@ -227,6 +237,9 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
     The keyword ``temperature`` (a positive float or a 0-d tensor, gradients flow into a
     tensor) sets this call's temperature, e.g. ``1 / logit_scale`` of the model being
     trained; ``None`` = the module's own (learnable and clamped by default).
+    ``label_smoothing`` smooths the four cross-entropies (Long-CLIP: 0.1); ``cache_chunk``
+    turns on gradient caching in the trainers (``CachedPrimaryComponentMatchingLoss``):
+    the batch's principal components still come from all its rows.
 
     Formula: with ``x_pc`` the image rows projected onto the top ``num_components``
     principal components of the (global) batch, mean re-added,
@@ -241,8 +254,9 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
     Relations: wraps :func:`~vlr_plugins.losses.primary_component_matching`; each term is
     ``InfoNCELoss``. The defaults are Long-CLIP's: 32 components, short weight 1, and a
     learnable temperature starting at 0.01 (logit scale 100); Long-CLIP leaves it
-    unclamped, here it is clamped to ``temperature_range``. Long-CLIP's
-    ``label_smoothing=0.1`` is not reproduced.
+    unclamped, here it is clamped to ``temperature_range``. Long-CLIP's label smoothing
+    is ``label_smoothing=0.1`` (the recipe ``open_clip/long_clip`` sets it; the default
+    is 0).
 
     Example:
         >>> import torch
@@ -263,8 +277,11 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
         learnable_temperature: bool = True,
         temperature_range: Sequence[float] = (0.001, 0.5),
         gather: bool | None = None,
+        label_smoothing: float = 0.0,
+        cache_chunk: int | None = None,
     ) -> None:
-        super().__init__(temperature, learnable_temperature, temperature_range, gather)
+        super().__init__(temperature, learnable_temperature, temperature_range, gather,
+                         label_smoothing, cache_chunk)
         where = type(self).__name__
         _check_num_components(where, num_components)
         if not short_weight >= 0:
@@ -286,6 +303,7 @@ class PrimaryComponentMatchingLoss(_ContrastiveLoss):
             temperature=self._temperature(temperature),
             short_weight=self.short_weight,
             gather=self.gather,
+            label_smoothing=self.label_smoothing,
         )
 
     def get_config_dict(self) -> dict[str, Any]:

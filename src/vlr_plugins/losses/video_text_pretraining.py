@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlr_plugins.losses.infonce import _ContrastiveLoss
+from vlr_plugins.losses.infonce import _ContrastiveLoss, _without_infonce_options
 from vlr_plugins.losses.mlm import MVC_MLM_RATIO, masked_language_modeling
 from vlr_plugins.losses.video_text_fusion import VideoTextFusion, check_fusion_model
 from vlr_plugins.losses.vtc import (
@@ -251,7 +251,7 @@ class VideoTextPretrainingLoss(_ContrastiveLoss):
             "mlm_weight": self.weights["mlm"],
             "mlm_ratio": self.mlm_ratio,
             "hard_negatives": self.hard_negatives,
-            **super().get_config_dict(),
+            **_without_infonce_options(super().get_config_dict()),
         }
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vlr_plugins.losses.functional import multi_positive_infonce
-from vlr_plugins.losses.infonce import _ContrastiveLoss
+from vlr_plugins.losses.infonce import _ContrastiveLoss, _without_infonce_options
 from vlr_plugins.registry import LOSSES
 
 __all__ = ["video_text_contrastive", "VideoTextContrastiveLoss", "MVC_VIEWS", "UMT_TEMPERATURE"]
@@ -191,7 +191,7 @@ class VideoTextContrastiveLoss(_ContrastiveLoss):
         )
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"views": list(self.views), **super().get_config_dict()}
+        return {"views": list(self.views), **_without_infonce_options(super().get_config_dict())}
 
 
 def _check_views(where: str, views: Sequence[str]) -> tuple[str, ...]:

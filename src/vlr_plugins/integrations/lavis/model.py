@@ -16,7 +16,10 @@ Text budgets: every text of a batch carries its own token budget (``text_max_len
 the recipe's text views), so a 128-token paragraph and a 77-token caption go through one
 forward pass, each cut only at its own budget. ``max_txt_len`` is the fallback for
 batches without budgets (LAVIS' own datasets). The loss is any ``vlr_plugins`` loss,
-named in the model config (``loss: {type: ..., ...}``).
+named in the model config (``loss: {type: ..., ...}``); one with ``cache_chunk``
+(``loss: {type: MultiPositiveInfoNCELoss, cache_chunk: 32}``) makes ``forward`` encode
+the texts with gradient caching, so LAVIS' own ``loss.backward()`` (or its AMP scaler's)
+re-encodes them chunk by chunk.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch import nn
 
 from vlr_plugins.errors import ConfigError, MissingFileError
 from vlr_plugins.integrations.lavis._registry import register
+from vlr_plugins.losses import cached_encode
 from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["BlipRetrievalTextOnly", "CONFIG_DIR"]
@@ -314,17 +318,24 @@ class BlipRetrievalTextOnly(BlipBase):
             return torch.arange(n_images, device=self.device)
         return torch.as_tensor(owner, device=self.device)
 
+    def _text_parameters(self) -> list[nn.Parameter]:
+        return [*self.text_encoder.parameters(), *self.text_proj.parameters()]
+
     def forward(self, samples: Mapping[str, Any]) -> BlipOutput:
+        chunk = getattr(self.loss_fn, "cache_chunk", None)
         image_emb = samples.get("image_emb")
-        if image_emb is None:
-            image_emb = self.encode_image(samples["image"])
+        if image_emb is None:  # the frozen ViT, without graph: chunks only bound its memory
+            image_emb = cached_encode(self.encode_image, samples["image"], chunk_size=chunk,
+                                      parameters=())
         image_emb = image_emb.to(self.device)
         n = image_emb.shape[0]
         texts, negs = list(samples["text_input"]), list(samples.get("neg_input") or [])
         # positives and hard negatives in one pass of the text encoder
         budgets = self._budgets(samples.get("text_max_len"), len(texts))
         budgets += self._budgets(samples.get("neg_max_len"), len(negs))
-        emb = self.encode_text(texts + negs, budgets)
+        ids, mask = self.tokenize(texts + negs, budgets)
+        emb = cached_encode(self.encode_tokens, ids, mask, chunk_size=chunk,
+                            parameters=self._text_parameters())
         text_emb = emb[: len(texts)]
         owner = self._owner(samples, "text_owner", len(texts), n)
         neg_emb = neg_owner = None

@@ -9,6 +9,7 @@ from mmengine.model import BaseModel
 
 from vlr_plugins import registry as core
 from vlr_plugins.integrations.mmengine.registry import MODELS
+from vlr_plugins.losses import cached_encode
 
 __all__ = ["TextOnlyRetrievalModel"]
 
@@ -26,6 +27,12 @@ class TextOnlyRetrievalModel(BaseModel):
     ``text_encoder`` and ``loss`` are configs (or built modules) of the core registries
     (``vlr list``), which are also registered here; the vision tower never runs. Batches come from ``vlr_text_views_collate``: all texts of
     the batch (positives, then hard negatives) in one padded block, encoded in one pass.
+
+    A loss with ``cache_chunk`` (``loss: {type: MultiPositiveInfoNCELoss, cache_chunk: 32}``,
+    or a ``Cached*`` loss) makes the training pass encode that block with gradient caching
+    (:func:`~vlr_plugins.losses.cached_encode`): the step is MMEngine's own
+    ``optim_wrapper.update_params(loss)``, whose backward re-encodes chunk by chunk, so
+    gradient accumulation, AMP and distributed training keep their meaning.
     """
 
     def __init__(self, text_encoder: dict, loss: dict, data_preprocessor: dict | None = None,
@@ -45,7 +52,9 @@ class TextOnlyRetrievalModel(BaseModel):
         split: list[str] | None = None,
         mode: str = "tensor",
     ) -> Any:
-        emb = self.text_encoder(input_ids, attention_mask)
+        chunk = getattr(self.loss_fn, "cache_chunk", None) if mode == "loss" else None
+        emb = cached_encode(self.text_encoder, input_ids, attention_mask, chunk_size=chunk,
+                            parameters=self.text_encoder)
         n = text_owner.shape[0]
         text_emb, neg_emb = emb[:n], emb[n:]
         if mode == "loss":

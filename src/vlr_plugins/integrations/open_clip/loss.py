@@ -66,6 +66,8 @@ class OpenCLIPLoss(nn.Module):
         self.loss = loss
         self.temperature = temperature
         self.wants_short_captions = _takes(loss, "short_text_emb")
+        #: rows per encoder call with gradient caching (the loss's), for TextBatchCLIP
+        self.cache_chunk: int | None = getattr(loss, "cache_chunk", None)
 
     def forward(
         self,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlr_plugins.integrations.open_clip.text_batch import TextBatch
+from vlr_plugins.losses import cached_encode
 
 __all__ = ["TextBatchCLIP"]
 
@@ -27,17 +29,23 @@ class TextBatchCLIP(nn.Module):
     ``texts.images_are_embeddings`` the images are precomputed ``(B, D)`` embeddings and
     the vision tower does not run.
 
+    ``cache_chunk``: encode a ``TextBatch``'s texts (and, when the vision tower trains, its
+    images) with gradient caching, that many rows at a time
+    (:func:`~vlr_plugins.losses.cached_encode`), so that open_clip_train's own
+    ``backward(total_loss, scaler)`` re-encodes chunk by chunk; ``None``: one pass each.
+
     Every other attribute (``encode_image``, ``encode_text``, ``logit_scale``,
     ``lock_image_tower`` ...) is the inner model's, and ``state_dict`` /
     ``load_state_dict`` use the inner model's keys, also when the wrapper sits inside
     ``DistributedDataParallel``: a checkpoint is a plain open_clip checkpoint.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, cache_chunk: int | None = None) -> None:
         super().__init__()
         if isinstance(model, TextBatchCLIP):
             raise TypeError("TextBatchCLIP: the model is already wrapped")
         self.add_module(_CHILD, model)
+        self.cache_chunk = cache_chunk
         self.register_state_dict_post_hook(_drop_child_prefix)
         self.register_load_state_dict_pre_hook(_add_child_prefix)
 
@@ -65,11 +73,14 @@ class TextBatchCLIP(nn.Module):
                 "TextBatchCLIP: models with a logit_bias (SigLIP) need a sigmoid loss; "
                 "the vlr losses are softmax InfoNCE losses"
             )
+        chunk = self.cache_chunk
         if text.images_are_embeddings:
             image_features = F.normalize(image, dim=-1)
         else:
-            image_features = model.encode_image(image, normalize=True)
-        text_features = model.encode_text(text.all_tokens(), normalize=True)
+            image_features = cached_encode(partial(model.encode_image, normalize=True), image,
+                                           chunk_size=chunk, parameters=model.visual)
+        text_features = cached_encode(partial(model.encode_text, normalize=True), text.all_tokens(),
+                                      chunk_size=chunk, parameters=_text_tower(model))
         if image_features.shape[-1] != text_features.shape[-1]:
             raise ValueError(
                 f"TextBatchCLIP: the image embeddings are {image_features.shape[-1]}-d but the "
@@ -86,6 +97,13 @@ class TextBatchCLIP(nn.Module):
         if text.neg_owner is not None:
             out["neg_owner"] = text.neg_owner
         return out
+
+
+def _text_tower(model: nn.Module) -> list[nn.Parameter]:
+    """Everything but the vision tower and the logit scale / bias: the text tower of ``CLIP``
+    (whose text modules sit on the model itself) and of ``CustomTextCLIP`` (``model.text``)."""
+    return [p for name, p in model.named_parameters()
+            if not name.startswith("visual.") and name not in ("logit_scale", "logit_bias")]
 
 
 def _drop_child_prefix(

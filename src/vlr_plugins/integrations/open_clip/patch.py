@@ -5,7 +5,8 @@ with
 
 * ``create_model_and_transforms``: the model it creates (stretched to a longer text
   context first, when asked) wrapped in :class:`TextBatchCLIP`;
-* ``create_loss``: :class:`OpenCLIPLoss` around the chosen core loss;
+* ``create_loss``: :class:`OpenCLIPLoss` around the chosen core loss (a loss with
+  ``cache_chunk`` makes the model encode with gradient caching);
 * ``get_data``: our training data (several texts per image, ``(images, TextBatch)``
   batches); validation and ImageNet zero-shot data stay open_clip_train's.
 
@@ -76,6 +77,7 @@ class _Run:
     def __init__(self, options: VLRTrainOptions, originals: dict[str, Any]) -> None:
         self.options, self.originals = options, originals
         self.model: torch.nn.Module | None = None
+        self.loss = build_openclip_loss(options.loss, options.temperature)
 
     # ----------------------------------------------------------------- model
     def create_model_and_transforms(
@@ -103,11 +105,11 @@ class _Run:
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("a TorchScript model cannot take a TextBatch: drop --torchscript")
         self.model = model
-        return (TextBatchCLIP(model), *transforms)
+        return (TextBatchCLIP(model, cache_chunk=self.loss.cache_chunk), *transforms)
 
     # ----------------------------------------------------------------- loss
     def create_loss(self, args: argparse.Namespace) -> Any:
-        return build_openclip_loss(self.options.loss, self.options.temperature)
+        return self.loss
 
     # ----------------------------------------------------------------- data
     def get_data(

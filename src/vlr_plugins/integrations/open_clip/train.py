@@ -302,7 +302,9 @@ def _refuse_unsupported(a: argparse.Namespace, ours: argparse.Namespace) -> None
     if a.accum_freq > 1:
         problems.append(
             "--accum-freq > 1: open_clip_train concatenates cached features across "
-            "micro-batches, which loses which image each text belongs to"
+            "micro-batches, which loses which image each text belongs to; for a contrastive "
+            "batch larger than memory give the loss a cache_chunk (gradient caching), e.g. "
+            "--vlr-loss-args '{cache_chunk: 32}'"
         )
     if a.distill_model or a.distill_pretrained:
         problems.append(
