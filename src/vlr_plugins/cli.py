@@ -792,6 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.eval.capst.cli import add_cli as add_capst
 
     add_capst(sub)
+    from vlr_plugins.generate.cli import add_cli as add_generate
+
+    add_generate(sub)
     return p
 
 
