@@ -111,27 +111,47 @@ def write_images(folder, captions: list[str]) -> list[dict[str, Any]]:
 
 
 class MVCModels:
-    """The two captioners and the reasoning refiner of the mvc pipeline."""
-
-    def __init__(self) -> None:
-        self.calls = 0
+    """The two captioners and the reasoning refiner of the mvc pipeline. Each answer names
+    the model and what it saw (``4 frames``, or the file of a ``video_url``), so a record
+    shows which model wrote which view from which input. A detailed caption of a video
+    named ``bad*`` is empty (malformed, however often asked)."""
 
     def __call__(self, body: dict[str, Any]):
         _, user = texts_of(body)
-        model = body["model"]
-        frames = sum(1 for m in body["messages"] if not isinstance(m["content"], str)
-                     for p in m["content"] if p.get("type") == "image_url")
-        tag = f"{model.split('/')[-1]} saw {frames} frames"
+        model = body["model"].split("/")[-1]
+        parts = [p for m in body["messages"] if not isinstance(m["content"], str) for p in m["content"]]
+        frames = sum(p.get("type") == "image_url" for p in parts)
+        videos = [p["video_url"]["url"] for p in parts if p.get("type") == "video_url"]
+        seen = f"{frames} frames" if frames else videos[0].rsplit("/", 1)[1]
         if user.startswith("Describe the main activity"):
-            return f"Summary: a person walks ({tag})."
-        if user.startswith("Describe this video in detail") or user.startswith("Describe the video in detail"):
-            if "tarsier" in model and "bad" in tag:
+            return f"A person walks ({model}, {seen})."
+        if user.startswith(("Describe this video in detail", "Describe the video in detail")):
+            if seen.startswith("bad"):
                 return ""
-            return f"A person in a red shirt walks along the rocky shore and looks at the sea ({tag})."
+            return f"A person in a red shirt walks along the rocky shore ({model}, {seen})."
         if user.startswith("Analyze the visual content"):
             caption = user.split("Here is the caption: ", 1)[1].split(". Write the new caption", 1)[0]
-            return f"<think>The caption says {caption!r}; the shirt is blue.</think>\n\n{caption.replace('red', 'blue')}"
+            refined = caption if "Tarsier" in caption else caption.replace("red", "blue")
+            return f"<think>Checking {caption!r} against the frames.</think>\n\n{refined}"
         if user.startswith("Based on the visual content"):
-            return ("<think>two events</think>Here are two positive captions:\n"
-                    "1. A person walks along the shore.\n2. A person stops and looks at the sea.")
+            source = "Tarsier" if "Tarsier" in user else "Qwen"
+            return (f"<think>two events</think>Here are two positive captions:\n"
+                    f"1. A person walks along the shore ({source}).\n2. A person looks at the sea ({source}).")
         raise AssertionError(f"unexpected prompt: {user[:80]!r}")
+
+
+def write_video(path, num_frames: int = 12) -> str:
+    """A small MPEG-4 video of ``num_frames`` frames that change colour."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for k in range(num_frames):
+            frame = np.full((32, 32, 3), (20 * k) % 256, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return str(path)

@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.data.video.sampling import FRAME_STRATEGIES
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.generate.media import video_part
 from vlr_plugins.generate.parsing import parse_list_answer, parse_text_answer, strip_thinking
@@ -131,9 +130,10 @@ class MVCPipeline:
         n = frames["num_frames"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"{where}: frames.num_frames: expected an integer >= 1, found {n!r}")
-        if frames["strategy"] not in FRAME_STRATEGIES or frames["strategy"] == "fps":
-            raise ConfigError(f"{where}: frames.strategy: expected one of uniform, middle, rand, "
-                              f"found {frames['strategy']!r}")
+        # rand would show each call (and each rerun) other frames: a corpus must not depend on the run
+        if frames["strategy"] not in ("uniform", "middle"):
+            raise ConfigError(f"{where}: frames.strategy: expected uniform or middle (a corpus must not depend "
+                              f"on the run, so not rand), found {frames['strategy']!r}")
         return {"frames": dict(frames)}
 
     def stages(self, options: Mapping[str, Any], prompts: Mapping[str, Any]) -> list[Stage]:
