@@ -133,7 +133,12 @@ class CorpusRun:
     # ---------------------------------------------------------------- work
     def backend(self, role: str) -> Any:
         if role in self._given:
-            return self._given[role]
+            given, model = self._given[role], self.pipeline.roles[role]["model"]
+            # records name the role's model (generated_by, the cache keys): it must be the one answering
+            if given.describe().get("model") != model:
+                raise ConfigError(f"roles.{role}.model is {model!r}, but the backend given for it serves "
+                                  f"{given.describe().get('model')!r}; set the role's model to the backend's")
+            return given
         if role not in self._backends:
             if self._cache is None and self.cache_path is not None:
                 self._cache = ChatCache(self.cache_path)
