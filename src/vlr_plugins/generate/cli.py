@@ -59,9 +59,9 @@ def _run(args: argparse.Namespace) -> int:
                                           f"{args.shard_count}), found {args.shard_index}")
     if args.cache is not None and args.no_cache:
         raise UsageError("--no-cache", "contradicts --cache")
-    if args.engine == "ray" and (args.shard_count != 1 or args.stages):
-        raise UsageError("--engine", "ray spreads every part over the cluster itself: drop --shard-index/"
-                                     "--shard-count and --stages")
+    if args.engine == "ray" and args.shard_count != 1:
+        raise UsageError("--shard-count", "a job-array shard and --engine ray do not mix: Ray spreads the parts "
+                                          "over the cluster itself")
     check_output_dir(args.out, "--out")
     pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
     stages = None
@@ -81,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         from vlr_plugins.generate.ray_runner import generate_corpus_ray
 
-        result = generate_corpus_ray(pipeline, args.input, args.out, cache=cache, merge=not args.no_merge,
+        result = generate_corpus_ray(pipeline, args.input, args.out, stages=stages, cache=cache,
+                                     merge=not args.no_merge,
                                      limit=args.limit, address=args.ray_address, workers=args.ray_workers,
                                      report=report)
     else:
