@@ -48,7 +48,9 @@ class ChatBackend(Protocol):
 
 def check_role(raw: Any, where: str) -> dict[str, Any]:
     """The role mapping checked without building anything (no model loaded, no key read):
-    a known ``backend``, a ``model``, only that backend's keys, counts that are counts.
+    a known ``backend``, a ``model``, counts that are counts, no key that no backend takes;
+    the keys of other backends are dropped (a file written for ``openai`` switched to
+    ``vllm`` with ``--set`` keeps its ``base_url``, which vLLM in process does not use).
     Errors name ``where`` (``pipeline.yaml: roles.judge``) and the key."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with backend and model, found {type(raw).__name__}")
@@ -56,10 +58,12 @@ def check_role(raw: Any, where: str) -> dict[str, Any]:
     if kind not in _KEYS:
         raise ConfigError(f"{where}.backend: expected one of {', '.join(BACKEND_TYPES)}, found {kind!r}")
     rest = {k: v for k, v in raw.items() if k != "backend"}
-    unknown = sorted(set(rest) - set(_KEYS[kind]))
+    unknown = sorted(set(rest) - {k for keys in _KEYS.values() for k in keys})
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} for backend {kind} "
                           f"(known: {', '.join(_KEYS[kind])})")
+    # another backend's keys (base_url after `--set roles.judge.backend=vllm`) do not apply to this one
+    rest = {k: v for k, v in rest.items() if k in _KEYS[kind]}
     if not isinstance(rest.get("model"), str) or not rest["model"].strip():
         raise ConfigError(f"{where}.model: expected a model name, found {rest.get('model')!r}")
     for key in _COUNTS:
