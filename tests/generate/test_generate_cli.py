@@ -58,3 +58,31 @@ def test_a_shard_reports_what_is_left(tmp_path, monkeypatch, capsys):
     assert code == 0
     assert "not complete" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "c" / "stages" / "texts").iterdir()) == ["part-000001.jsonl"]
+
+
+def test_vlr_train_reads_the_generated_corpus(tmp_path, monkeypatch, capsys, tiny_world, tiny_encoder_cfg):
+    """The corpus goes to `vlr train paragraph/c5` unchanged: its preflight (every record
+    read and checked, every id in the image store) passes, and an epoch runs."""
+    pytest.importorskip("mmengine")
+    from vlr_plugins.recipe import find_recipe
+
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+    world = [json.loads(line) for line in open(tiny_world["train"], encoding="utf-8")]
+    records = write_images(tmp_path / "images", [r["caption"] for r in world])
+    for r, w in zip(records, world):
+        r["id"] = w["id"]  # the image store's ids
+    items = tmp_path / "images" / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "corpus"
+    with FakeOpenAI(ParagraphModels(glitches=False)) as server:
+        assert main(["generate", "paragraph", "--input", str(items), "--out", str(out), "--set",
+                     f"roles.captioner.base_url={server.url}", f"roles.judge.base_url={server.url}"]) == 0
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"_base_: {json.dumps(str(find_recipe('paragraph/c5')))}\nname: tiny\n"
+                      f"model: {json.dumps(tiny_encoder_cfg)}\n"
+                      "train: {batch_size: 16, epochs: 1, warmup_steps: 1, num_workers: 0}\n", encoding="utf-8")
+    capsys.readouterr()
+    code = main(["train", str(recipe), "--train", str(out / "corpus.jsonl"),
+                 "--image-embeddings", tiny_world["image_embeddings"], "--work-dir", str(tmp_path / "work")])
+    assert code == 0
+    assert f"training tiny on {len(world)} samples" in capsys.readouterr().out
