@@ -110,3 +110,15 @@ def test_the_paragraph_pipeline_on_the_tiny_model(tiny, tmp_path):
                                                            for f in r["failures"])
         assert r["generated_by"]["paragraph"] == "tiny-qwen2-vl"
     assert result["backends"]["captioner"]["backend"] == "transformers"
+
+
+def test_a_saved_model_folder_loads_as_the_mllm_package_loads_it(tiny, tmp_path):
+    model, processor = tiny
+    model.save_pretrained(tmp_path / "tiny")
+    processor.save_pretrained(tmp_path / "tiny")
+    b = TransformersChatBackend(str(tmp_path / "tiny"), dtype="float32", batch_size=2)
+    assert b.model_name == str(tmp_path / "tiny") and b.describe()["backend"] == "transformers"
+    [image] = write_images(tmp_path, ["x"])
+    request = ask("Describe.", [{"type": "image", "image": str(tmp_path / image["image"])}])
+    # the same weights answer the same: the folder round-trips
+    assert b.complete_many([request])[0].text == backend(tiny).complete_many([request])[0].text
