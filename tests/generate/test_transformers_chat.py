@@ -57,12 +57,11 @@ def test_a_batch_with_images_and_a_video_answers_each_in_order(tiny, tmp_path):
     assert all(isinstance(r.text, str) for r in results[:3])
     # the missing image fails alone, saying why
     assert results[3].error.startswith("cannot generate: ") and "missing.png" in results[3].error
-    # one request alone gives what it gave in the batch: seeds, and left padding, make it so
-    alone = backend(tiny, batch_size=4).complete_many([requests[1]])
+    # the same batch again gives the same answers: the requests' seeds seed it (a sampled
+    # answer may still change with the batch it shares, as the backend's docstring says)
     again = backend(tiny, batch_size=4).complete_many(requests)
     assert [r.text for r in again] == [r.text for r in results]
     assert b.summary.requests == 4 and b.summary.failures == 1 and b.summary.completion_tokens > 0
-    assert alone[0].ok
 
 
 def test_unreadable_answers_are_asked_again_then_failures(tiny, tmp_path):
