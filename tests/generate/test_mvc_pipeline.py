@@ -48,10 +48,13 @@ def test_records_field_by_field(inputs, tmp_path):
     out = tmp_path / "mvc"
     result, server = run(inputs, out)
     assert result["complete"]
-    good, bad, missing = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
+    written = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
+    # on disk: the views at the top, the audit keys under meta (which the MVC reader ignores)
+    for r in written:
+        assert list(r) == ["id", "video", "O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2", "meta"]
+        assert list(r["meta"]) == ["P_from", "frames", "failures", "generated_by"]
+    good, bad, missing = [{**{k: v for k, v in r.items() if k != "meta"}, **r["meta"]} for r in written]
 
-    assert list(good)[:13] == ["id", "video", "O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2", "P_from",
-                               "frames"]
     assert good["video"] == str(tmp_path / "good.mp4") and good["O"] == "a man walks"
     assert good["frames"] == {"num_frames": 4, "strategy": "uniform"}
     assert good["S1"] == f"A person walks ({Q}, 4 frames)."
@@ -113,3 +116,16 @@ def test_the_same_corpus_twice(inputs, tmp_path):
     run(inputs, tmp_path / "a")
     run(inputs, tmp_path / "b")
     assert (tmp_path / "a" / "corpus.jsonl").read_bytes() == (tmp_path / "b" / "corpus.jsonl").read_bytes()
+
+
+def test_the_mvc_training_reader_reads_the_corpus_unchanged(inputs, tmp_path):
+    mvc_samples = pytest.importorskip("vlr_plugins.data.mvc_samples")  # the MVC corpus reader, when it is there
+    out = tmp_path / "mvc"
+    run(inputs, out)
+    samples = mvc_samples.read_mvc_samples(out / "corpus.jsonl")
+    written = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
+    assert [s.id for s in samples] == [r["id"] for r in written]
+    for s, r in zip(samples, written):
+        assert s.video == r["video"]
+        assert dict(s.captions) == {v: r[v] for v in ("O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2")
+                                    if r[v] is not None}

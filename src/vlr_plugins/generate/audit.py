@@ -82,7 +82,7 @@ def _moments(values: Sequence[float]) -> dict[str, Any]:
 def _failures(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in records:
-        for f in r.get("failures") or []:
+        for f in r.get("failures") or (r.get("meta") or {}).get("failures") or []:
             key = f"{f.get('stage')}/{f.get('prompt')}"
             out[key] = out.get(key, 0) + 1
     return dict(sorted(out.items()))

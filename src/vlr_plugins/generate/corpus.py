@@ -132,7 +132,7 @@ class CorpusFolder:
                 raise DataFormatError(self.stage_dir(last), f"id {r['id']!r} appears twice; every record is "
                                                             "written once, so the parts were changed", field="id")
             seen.add(r["id"])
-            for f in r.get("failures", []):
+            for f in r.get("failures") or (r.get("meta") or {}).get("failures") or []:
                 key = f"{f['stage']}/{f['prompt']}"
                 failures[key] = failures.get(key, 0) + 1
         manifest["records"] = len(seen)

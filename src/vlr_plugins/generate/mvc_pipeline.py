@@ -16,10 +16,13 @@ stage           role          what it adds
 Every model sees the video as ``frames.num_frames`` frames picked by ``frames.strategy``
 (:func:`vlr_plugins.data.video.sample_frames`). A record (JSON Lines)::
 
-    {"id", "video", "O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2", "P_from": "D2*",
-     "frames": {"num_frames", "strategy"}, "failures": [...], "generated_by": {view: model}}
+    {"id", "video", "O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2",
+     "meta": {"P_from": "D2*", "frames": {"num_frames", "strategy"}, "failures": [...],
+              "generated_by": {view: model}}}
 
-A view whose request failed is ``null``, and its failure is in ``failures``.
+The audit keys live under ``meta``, which the MVC training reader ignores, so it reads the
+corpus unchanged. A view whose request failed is ``null``, and its failure is in
+``meta.failures``.
 """
 
 from __future__ import annotations
@@ -120,8 +123,22 @@ class MVCPipeline:
         "positives": ({"refined_caption"}, {"refined_caption"}),
     }
     list_prompts = ()
-    fields = ("id", "video", *MVC_VIEWS, "P_from", "frames", "failures", "generated_by")
+    fields = ("id", "video", *MVC_VIEWS, "meta")
+    #: the audit keys, under ``meta`` on disk
+    meta_keys = ("P_from", "frames", "failures", "generated_by")
     text_views = MVC_VIEWS
+
+    def pack(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record as written: the views at the top, the audit keys under ``meta``."""
+        out = {k: v for k, v in record.items() if k not in self.meta_keys}
+        out["meta"] = {k: record[k] for k in self.meta_keys if k in record}
+        return out
+
+    def unpack(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A written record as the steps use it (the audit keys at the top)."""
+        out = {k: v for k, v in record.items() if k != "meta"}
+        out.update(record.get("meta") or {})
+        return out
 
     def check_options(self, raw: Mapping[str, Any], where: str) -> dict[str, Any]:
         frames = raw.get("frames", {"num_frames": 16, "strategy": "uniform"})

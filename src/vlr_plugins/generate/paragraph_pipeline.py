@@ -131,6 +131,13 @@ class ParagraphPipeline:
               "failures", "generated_by")
     text_views = ("caption", "positives", "hard_negatives", "paragraph")
 
+    def pack(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record as written (the training reader ignores the audit keys): unchanged."""
+        return record
+
+    def unpack(self, record: dict[str, Any]) -> dict[str, Any]:
+        return record
+
     def check_options(self, raw: Mapping[str, Any], where: str) -> dict[str, Any]:
         rule = raw.get("regenerate", {"at_or_below": 5, "max_attempts": 3})
         if not isinstance(rule, Mapping) or set(rule) != {"at_or_below", "max_attempts"}:

@@ -165,15 +165,15 @@ class CorpusRun:
                     if not self.folder.has_part(before, k):
                         raise UserError(f"stage {stage.name}: part {k} of stage {before} is missing from "
                                         f"{self.folder.stage_dir(before)}; run stage {before} first")
-                    records = self.folder.read_part(before, k)
+                    records = [kind.unpack(r) for r in self.folder.read_part(before, k)]
             start = time.monotonic()
             records = run_step(records, stage, self.pipeline.context(stage), self.backend(stage.role))
             path = self.folder.part(stage.name, k)
             for line, record in enumerate(records, start=1):
                 kind.check_record(record, path, line)
-            self.folder.write_part(stage.name, k, records, kind.fields)
+            self.folder.write_part(stage.name, k, [kind.pack(r) for r in records], kind.fields)
             # the next stage reads what was written, as a rerun would
-            records = self.folder.read_part(stage.name, k)
+            records = [kind.unpack(r) for r in self.folder.read_part(stage.name, k)]
             done[stage.name] = {"records": len(records), "seconds": time.monotonic() - start}
         return done
 
