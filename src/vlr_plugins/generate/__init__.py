@@ -6,6 +6,7 @@ the LLM-judged metrics (CapST), and the synthetic-supervision pipelines built on
 (``pip install 'vlr-plugins[generate]'``).
 """
 
+from vlr_plugins.generate.audit import corpus_audit, format_audit, mvc_audit, paragraph_audit
 from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
 from vlr_plugins.generate.cache import ChatCache, cache_key
 from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings, EndpointError
@@ -20,4 +21,4 @@ __all__ = ["OpenAIChatClient", "ChatCache", "cache_key", "ChatRequest", "ChatRes
            "EndpointError", "MalformedAnswer", "parse_json_answer", "reask_messages", "RetryPolicy",
            "retry_after_seconds", "retryable_status", "RunSummary", "parse_list_answer", "parse_score_answer",
            "parse_text_answer", "strip_thinking", "Pipeline", "list_pipelines", "load_pipeline", "CorpusRun",
-           "generate_corpus"]
+           "generate_corpus", "corpus_audit", "format_audit", "mvc_audit", "paragraph_audit"]
