@@ -52,3 +52,18 @@ def test_ray_gives_the_single_process_corpus(tmp_path, local_ray):
     assert spread == single
     ids = [json.loads(line)["id"] for line in spread.splitlines()]
     assert len(ids) == len(set(ids)) == len(CAPTIONS)
+
+
+def test_vlr_generate_engine_ray(tmp_path, local_ray, capsys):
+    from vlr_plugins.cli import main
+
+    records = write_images(tmp_path / "images", CAPTIONS[:3])
+    items = tmp_path / "images" / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    with FakeOpenAI(ParagraphModels(glitches=False)) as server:
+        code = main(["generate", "paragraph", "--engine", "ray", "--ray-workers", "2", "--input", str(items),
+                     "--out", str(tmp_path / "out"), "--set", f"roles.captioner.base_url={server.url}",
+                     f"roles.judge.base_url={server.url}", "records_per_part=2"])
+    assert code == 0
+    shown = capsys.readouterr()
+    assert "complete: 3 records" in shown.out and "records/s over 2 workers" in shown.err
