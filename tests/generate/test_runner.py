@@ -151,3 +151,13 @@ def test_a_folder_of_another_run_is_refused(inputs, tmp_path):
         with pytest.raises(UserError, match="another input file"):
             generate_corpus(load_pipeline("paragraph", overrides(server.url)), inputs, out)
     assert server.requests == []
+
+
+def test_an_unreachable_endpoint_writes_no_part_of_failures(inputs, tmp_path):
+    role = {"base_url": "http://127.0.0.1:9/v1", "max_retries": 1, "backoff": 0.01, "max_backoff": 0.02}
+    pipeline = load_pipeline("paragraph", {"roles": {"captioner": role, "judge": role}, "records_per_part": 2})
+    out = tmp_path / "corpus"
+    with pytest.raises(UserError, match=r"stage texts, part 0: all 6 requests failed without an answer .*"
+                                        r"connection failed.*check roles.captioner"):
+        generate_corpus(pipeline, inputs, out)
+    assert not (out / "stages" / "texts").exists() or not list((out / "stages" / "texts").iterdir())

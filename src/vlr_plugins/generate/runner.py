@@ -167,7 +167,10 @@ class CorpusRun:
                                         f"{self.folder.stage_dir(before)}; run stage {before} first")
                     records = [kind.unpack(r) for r in self.folder.read_part(before, k)]
             start = time.monotonic()
-            records = run_step(records, stage, self.pipeline.context(stage), self.backend(stage.role))
+            backend = self.backend(stage.role)
+            asked = backend.summary.as_dict()
+            records = run_step(records, stage, self.pipeline.context(stage), backend)
+            _refuse_unanswered(records, stage, k, asked, backend.summary.as_dict())
             path = self.folder.part(stage.name, k)
             for line, record in enumerate(records, start=1):
                 kind.check_record(record, path, line)
@@ -199,6 +202,22 @@ class CorpusRun:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _refuse_unanswered(records: list[dict[str, Any]], stage: Any, k: int, before: dict[str, int],
+                       after: dict[str, int]) -> None:
+    """Raise rather than write a part whose every request failed without any answer for a
+    reason of the endpoint (down, unreachable, timing out): such a part would hold only
+    failures, and a rerun would skip it. A request whose own media cannot be read fails
+    alone and is recorded (``cannot ...``); a malformed answer is an answer."""
+    requests, failures = after["requests"] - before["requests"], after["failures"] - before["failures"]
+    if not requests or failures < requests:
+        return
+    new = [f for r in records for f in (r.get("failures") or []) if f.get("stage") == stage.name]
+    if new and all(f.get("answer") is None and not str(f.get("error", "")).startswith("cannot") for f in new):
+        raise UserError(f"stage {stage.name}, part {k}: all {requests} requests failed without an answer "
+                        f"(the first: {new[0]['error']}); nothing was written for this part: check roles.{stage.role} "
+                        "(base_url, the server, the network) and run again")
 
 
 def _check_same(earlier: dict[str, Any], now: dict[str, Any], where: Path) -> None:
