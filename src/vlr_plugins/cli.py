@@ -840,6 +840,9 @@ def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins.mllm.lens_cli import add_cli as add_lens
 
     add_lens(sub)
+    from vlr_plugins.generate.cli import add_cli as add_generate
+
+    add_generate(sub)
     return p
 
 

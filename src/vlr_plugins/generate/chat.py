@@ -105,10 +105,23 @@ class ChatSettings:
 class ChatRequest:
     """One request: the chat ``messages`` and, for an answer that must have a format,
     ``parse(text) -> value``, which raises :class:`~vlr_plugins.generate.json_answer.MalformedAnswer`
-    (a ``ValueError``) when the answer is malformed, so that it is asked again."""
+    (a ``ValueError``) when the answer is malformed, so that it is asked again.
+
+    ``sampling`` (optional) is laid over the client's ``settings.sampling`` for this request
+    alone (``{"max_tokens": 160, "seed": 12345}``); it is part of the cache key. A message's
+    content may hold media parts (:mod:`vlr_plugins.generate.media`), which each backend
+    turns into what its model takes.
+    """
 
     messages: Sequence[Mapping[str, Any]]
     parse: Callable[[str], Any] | None = None
+    sampling: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        reserved = sorted(_RESERVED & set(self.sampling or {}))
+        if reserved:
+            raise ConfigError(f"sampling: {', '.join(reserved)} cannot be a sampling parameter "
+                              "(the client sets it)")
 
 
 @dataclass(frozen=True)

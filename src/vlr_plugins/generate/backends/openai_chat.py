@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -16,6 +17,7 @@ from vlr_plugins.errors import ConfigError
 from vlr_plugins.generate.cache import ChatCache, cache_key
 from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings, EndpointError
 from vlr_plugins.generate.json_answer import reask_messages
+from vlr_plugins.generate.media import VIDEO_TRANSPORTS, media_of, to_openai_messages
 from vlr_plugins.generate.retry import retry_after_seconds, retryable_status
 from vlr_plugins.generate.summary import RunSummary
 
@@ -23,6 +25,8 @@ __all__ = ["OpenAIChatClient"]
 
 log = logging.getLogger(__name__)
 
+#: sampling parameters of OpenAI-compatible servers that the OpenAI API itself lacks
+_EXTRA_BODY = frozenset({"top_k", "min_p", "repetition_penalty", "chat_template_kwargs", "mm_processor_kwargs"})
 #: statuses that say every request will fail the same way: stop the run
 _FATAL = {401: "the key was refused", 403: "the key may not use this model",
           404: "no such model or URL (an OpenAI-compatible base URL usually ends in /v1)"}
@@ -58,7 +62,13 @@ class OpenAIChatClient:
       keyed by (model, messages, sampling params): a rerun makes no call it already made;
     - a request with ``parse`` whose answer does not parse is asked again, naming the
       problem, up to ``settings.reasks`` times; then it is a failed result, counted in
-      :attr:`summary` (:class:`~vlr_plugins.generate.RunSummary`), never a silent value.
+      :attr:`summary` (:class:`~vlr_plugins.generate.RunSummary`), never a silent value;
+    - a request's own ``sampling`` is laid over ``settings.sampling`` (a per-record seed,
+      a prompt's ``max_tokens``); media parts (:mod:`vlr_plugins.generate.media`) are sent
+      as data URLs, videos as frames or as a ``file://`` URL (``video_transport``), and
+      the cache key holds the file's path, not its pixels;
+    - at most ``settings.concurrency`` calls are in flight at once, however many threads
+      call :meth:`complete` / :meth:`complete_many` (the pipelines run records side by side).
 
     The same settings drive other backends later (batch generation); results and summary
     are the backend-independent types of :mod:`vlr_plugins.generate.chat`.
@@ -74,7 +84,11 @@ class OpenAIChatClient:
 
     def __init__(self, settings: ChatSettings, *,
                  cache: ChatCache | str | os.PathLike[str] | None = None,
-                 api_key: str | None = None, progress: bool = True) -> None:
+                 api_key: str | None = None, progress: bool = True,
+                 video_transport: str = "frames") -> None:
+        if video_transport not in VIDEO_TRANSPORTS:
+            raise ConfigError(f"video_transport: expected one of {', '.join(VIDEO_TRANSPORTS)}, "
+                              f"found {video_transport!r}")
         openai = _import_openai()
         key = api_key if api_key is not None else os.environ.get(settings.api_key_env)
         if not key:
@@ -84,6 +98,8 @@ class OpenAIChatClient:
         self.settings = settings
         self.summary = RunSummary()
         self.progress = progress
+        self.video_transport = video_transport
+        self._slots = threading.BoundedSemaphore(settings.concurrency)
         self._secret = key
         self._openai = openai
         self._policy = settings.retry_policy()
@@ -92,7 +108,20 @@ class OpenAIChatClient:
         self._client = openai.OpenAI(api_key=key, base_url=settings.base_url,
                                      timeout=settings.timeout, max_retries=0)
 
+    #: requests are answered one by one, side by side (not gathered into batches)
+    batched = False
+
     # --- public -----------------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """Calls in flight at once (``settings.concurrency``)."""
+        return self.settings.concurrency
+
+    def describe(self) -> dict[str, Any]:
+        """The backend as plain data for a manifest (no key)."""
+        return {"backend": "openai", "model": self.settings.model, "base_url": self.settings.base_url,
+                "video_transport": self.video_transport}
 
     def complete(self, request: ChatRequest | Sequence[Mapping[str, Any]]) -> ChatResult:
         """One request (a :class:`ChatRequest` or a list of messages), answered or failed."""
@@ -138,9 +167,10 @@ class OpenAIChatClient:
     def _run(self, request: ChatRequest) -> ChatResult:
         self.summary.add(requests=1)
         messages = [dict(m) for m in request.messages]
+        sampling = {**self.settings.sampling, **(request.sampling or {})}
         for tries in range(1, self.settings.reasks + 2):
             try:
-                text = self._answer(messages)
+                text = self._answer(messages, sampling)
             except _CallFailed as e:
                 self.summary.add(failures=1)
                 log.warning("request failed: %s", e)
@@ -160,16 +190,21 @@ class OpenAIChatClient:
             messages = reask_messages(messages, text, problem)
         raise AssertionError("unreachable")
 
-    def _answer(self, messages: list[dict[str, Any]]) -> str:
+    def _answer(self, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> str:
         """The answer's text, from the cache or the endpoint (with retries)."""
-        sampling = dict(self.settings.sampling)
         key = cache_key(self.settings.model, messages, sampling)
         if self.cache is not None:
             cached = self.cache.get(key)
             if cached is not None:
                 self.summary.add(cache_hits=1)
                 return cached
-        text = self._call_with_retries(messages, sampling)
+        wire = messages
+        if media_of(messages):
+            try:
+                wire = to_openai_messages(messages, video_transport=self.video_transport)
+            except (OSError, ValueError) as e:  # a missing or undecodable file fails this request only
+                raise _CallFailed(f"cannot read the request's media: {e}") from None
+        text = self._call_with_retries(wire, sampling)
         if self.cache is not None:
             request = {"model": self.settings.model, "messages": messages, "params": sampling}
             self.cache.put(key, request, text)
@@ -181,8 +216,9 @@ class OpenAIChatClient:
             retry_after = None
             self.summary.add(calls=1)
             try:
-                response = self._client.chat.completions.create(
-                    model=self.settings.model, messages=messages, **sampling)
+                with self._slots:
+                    response = self._client.chat.completions.create(
+                        model=self.settings.model, messages=messages, **_openai_kwargs(sampling))
             except openai.APIStatusError as e:
                 status = e.status_code
                 problem = f"HTTP {status}: {self._scrub(_status_message(e))}"
@@ -221,6 +257,16 @@ class OpenAIChatClient:
     def _scrub(self, text: str) -> str:
         """``text`` with the key replaced, for text an endpoint or a library echoed back."""
         return text.replace(self._secret, "***") if len(self._secret) >= 4 else text
+
+
+def _openai_kwargs(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """``sampling`` as ``create()`` arguments: parameters the OpenAI API does not define
+    (``top_k``, ``repetition_penalty`` ... which vLLM and SGLang servers take) go in the body."""
+    extra = {k: v for k, v in sampling.items() if k in _EXTRA_BODY}
+    kwargs = {k: v for k, v in sampling.items() if k not in _EXTRA_BODY}
+    if extra:
+        kwargs["extra_body"] = {**kwargs.get("extra_body", {}), **extra}
+    return kwargs
 
 
 def _status_message(e: Exception) -> str:

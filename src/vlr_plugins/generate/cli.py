@@ -1,0 +1,180 @@
+"""``vlr generate``: run a synthetic-supervision pipeline (``paragraph``, ``mvc``) over an input
+file into a corpus folder, and ``vlr generate stats``: the audit of a corpus."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_cli"]
+
+_RUN_ONLY = ("input", "out", "set", "stages", "shard_index", "shard_count", "limit", "cache", "no_cache",
+             "no_merge", "engine", "ray_address", "ray_workers")
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.generate.audit import corpus_audit, format_audit, plot_audit
+
+    if args.corpus is None:
+        raise UsageError("CORPUS", "expected the corpus folder (or .jsonl file) to audit: vlr generate stats OUT/")
+    given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if getattr(args, k) not in (None, False, [])
+             and not (k == "shard_count" and args.shard_count == 1) and not (k == "engine" and args.engine == "local")]
+    if given:
+        raise UsageError(given[0], "is an option of a generation run, not of `vlr generate stats`")
+    if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".pdf", ".svg"):
+        raise UsageError("--plot", f"expected an image file name ending in .png, .pdf or .svg, found {args.plot!r}")
+    audit = corpus_audit(args.corpus)
+    print(format_audit(audit))
+    if args.json is not None:
+        from vlr_plugins._io import atomic_write_json
+
+        atomic_write_json(args.json, audit)
+        print(f"audit: {args.json}")
+    if args.plot is not None:
+        print(f"plot: {plot_audit(audit, args.plot)}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.target == "stats":
+        return _stats(args)
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.generate.pipeline import load_pipeline
+
+    if args.corpus is not None:
+        raise UsageError(args.corpus, "unexpected argument; a run takes its input from --input")
+    if args.plot is not None or args.json is not None:
+        raise UsageError("--plot" if args.plot is not None else "--json", "is an option of `vlr generate stats`")
+    if args.input is None or args.out is None:
+        raise UsageError("--input" if args.input is None else "--out", "required for a generation run")
+    if not os.path.isfile(args.input):
+        raise UsageError("--input", f"no such file: {args.input}")
+    if args.shard_index >= args.shard_count:
+        raise UsageError("--shard-index", f"expected 0 .. {args.shard_count - 1} (--shard-count "
+                                          f"{args.shard_count}), found {args.shard_index}")
+    if args.cache is not None and args.no_cache:
+        raise UsageError("--no-cache", "contradicts --cache")
+    if args.engine == "ray" and args.shard_count != 1:
+        raise UsageError("--shard-count", "a job-array shard and --engine ray do not mix: Ray spreads the parts "
+                                          "over the cluster itself")
+    check_output_dir(args.out, "--out")
+    pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
+    stages = None
+    if args.stages:
+        stages = [s for item in args.stages for s in item.split(",") if s]
+        known = [s.name for s in pipeline.stages]
+        unknown = [s for s in stages if s not in known]
+        if unknown:
+            raise UsageError("--stages", f"no stage {unknown[0]!r} in pipeline {pipeline.name}; its stages: "
+                                         f"{', '.join(known)}")
+        stages = [s for s in known if s in stages]  # in the pipeline's order
+    cache: Any = None if args.no_cache else (args.cache or "default")
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.engine == "ray":
+        from vlr_plugins.generate.ray_runner import generate_corpus_ray
+
+        result = generate_corpus_ray(pipeline, args.input, args.out, stages=stages, cache=cache,
+                                     merge=not args.no_merge,
+                                     limit=args.limit, address=args.ray_address, workers=args.ray_workers,
+                                     report=report)
+    else:
+        from vlr_plugins.generate.runner import generate_corpus
+
+        result = generate_corpus(pipeline, args.input, args.out, stages=stages, shard_index=args.shard_index,
+                                 shard_count=args.shard_count, cache=cache, merge=not args.no_merge,
+                                 limit=args.limit, report=report)
+    print(f"{result['out']}: {result['parts_run']} parts run, {result['records_per_s']:.2f} records/s")
+    for role, summary in result["backends"].items():
+        print(f"  {role} ({summary.get('model')}): {summary['requests']} requests, {summary['calls']} calls, "
+              f"{summary['cache_hits']} cache hits, {summary['retries']} retries, {summary['failures']} failures")
+    if result["complete"]:
+        manifest = result["manifest"]
+        failures = manifest["failures"]
+        print(f"complete: {manifest['records']} records; failures: "
+              + (", ".join(f"{k} {n}" for k, n in failures.items()) if failures else "none"))
+        print(f"corpus: {os.path.join(result['out'], manifest['corpus'].get('file') or manifest['corpus']['folder'])}")
+        print(f"manifest: {os.path.join(result['out'], 'manifest.json')}")
+    else:
+        print("not complete: other shards or stages still to run (rerun with the same --out to go on)")
+    return 0
+
+
+def _overrides(items: list[str]) -> dict[str, Any]:
+    """``--set`` items (``roles.judge.base_url=http://...``) as a nested mapping, values read
+    as YAML; the grammar of ``vlr train --set`` (a later item wins; no key inside a value)."""
+    import yaml
+
+    from vlr_plugins.errors import UsageError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(p and p.strip() == p and " " not in p for p in parts):
+            raise UsageError("--set", f"expected KEY=VALUE with a dotted key such as roles.judge.concurrency=32, "
+                                      f"found {item!r}")
+        node = out
+        for depth, p in enumerate(parts[:-1]):
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise UsageError("--set", f"{item!r} sets a key inside {'.'.join(parts[:depth + 1])}, which an "
+                                          f"earlier item set to {node!r}; give one or the other")
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise UsageError("--set", f"{item!r}: the value is not valid YAML: {problem}") from None
+    return out
+
+
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {text!r}")
+        return value
+    return parse
+
+
+def add_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``vlr generate`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
+    s = subparsers.add_parser(
+        "generate", help="generate a synthetic-supervision corpus (paragraph, mvc); `vlr generate stats OUT`",
+        description="Run a pipeline file (a shipped name: paragraph, mvc; or a .yaml) over --input into the "
+                    "corpus folder --out: sharded parts written once each, a manifest, the merged corpus. A "
+                    "rerun with the same --out finishes what a stopped run left. `vlr generate stats OUT` "
+                    "prints (and with --plot, plots) the corpus audit. Keys are read from the environment "
+                    "variables the pipeline's roles name (docs/generate.md).")
+    s.add_argument("target", metavar="PIPELINE|stats", help="a shipped pipeline, a pipeline file, or stats")
+    s.add_argument("corpus", nargs="?", metavar="CORPUS", help="(stats) the corpus folder or .jsonl file")
+    s.add_argument("--input", help="the input records: JSON Lines (paragraph also Parquet, CSV/TSV)")
+    s.add_argument("--out", help="the corpus folder (created; a rerun goes on where it stopped)")
+    s.add_argument("--set", nargs="*", metavar="KEY=VALUE",
+                   help="pipeline overrides, e.g. roles.captioner.base_url=http://host:8000/v1")
+    s.add_argument("--stages", nargs="+", metavar="STAGE", help="run only these stages (each may run elsewhere)")
+    s.add_argument("--shard-index", type=_at_least(0), default=0,
+                   help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID)")
+    s.add_argument("--shard-count", type=_at_least(1), default=1, help="workers in the job array")
+    s.add_argument("--limit", type=_at_least(1), help="only the first N input records")
+    s.add_argument("--cache", help="the answer cache (SQLite; default OUT/llm-cache.sqlite)")
+    s.add_argument("--no-cache", action="store_true", help="keep no answer cache")
+    s.add_argument("--no-merge", action="store_true", help="leave the corpus as parts (no corpus.jsonl)")
+    s.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="ray: spread the parts over a Ray cluster (pip install 'vlr-plugins[ray]')")
+    s.add_argument("--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a local one)")
+    s.add_argument("--ray-workers", type=_at_least(1), help="Ray workers (default: the cluster's GPUs, else CPUs)")
+    s.add_argument("--plot", help="(stats) also plot the audit to this .png/.pdf/.svg")
+    s.add_argument("--json", help="(stats) also write the audit as JSON")
+    s.set_defaults(fn=_run)
+    return s

@@ -1,0 +1,300 @@
+"""Running a pipeline over an input file into a corpus folder: resumable, idempotent, sharded.
+
+The input is cut into parts of ``records_per_part`` records; part ``k`` goes through every
+stage in turn, and each stage's part is written once, whole (:class:`~vlr_plugins.generate.corpus.CorpusFolder`).
+A rerun skips every part already written, so after a ``kill -9`` at any point the rerun
+ends with the same corpus: nothing lost (a part is there whole or not at all), nothing
+twice (a part is written once), the same text (the answers of the interrupted part are in
+the cache, and every call carries a per-record seed).
+
+Shards: worker ``i`` of ``n`` does the parts ``k`` with ``k % n == i`` (a job array), and
+whichever worker sees the last part written merges the corpus and writes the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vlr_plugins._io import atomic_write_json, atomic_write_text
+from vlr_plugins.errors import ConfigError, MissingFileError, UserError
+from vlr_plugins.generate.backends.factory import build_backend, missing_key
+from vlr_plugins.generate.cache import ChatCache
+from vlr_plugins.generate.corpus import CorpusFolder
+from vlr_plugins.generate.driver import run_step
+from vlr_plugins.generate.pipeline import Pipeline, load_pipeline
+
+__all__ = ["CorpusRun", "generate_corpus"]
+
+log = logging.getLogger(__name__)
+_RUN_FORMAT = "vlr-generate-run"
+
+
+def _file_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class CorpusRun:
+    """One worker's view of a run: the pipeline, the input, the output folder, the backends.
+
+    Expects a :class:`~vlr_plugins.generate.Pipeline` (or a name / file for
+    :func:`~vlr_plugins.generate.load_pipeline`), the input file, and the output folder.
+    ``cache``: the answer cache (``"default"``: ``OUT/llm-cache.sqlite``; ``None``: none);
+    ``backends``: ready backends by role, used instead of building the pipeline's (tests,
+    a model already in memory); ``limit``: only the first records of the input.
+
+    :meth:`prepare` checks everything and creates the folder; :meth:`process_part` runs
+    the stages a part lacks. :func:`generate_corpus` and the Ray runner drive them.
+    """
+
+    def __init__(self, pipeline: Pipeline | str | os.PathLike[str], input_path: str | os.PathLike[str],
+                 out: str | os.PathLike[str], *, cache: str | os.PathLike[str] | None = "default",
+                 backends: Mapping[str, Any] | None = None, limit: int | None = None,
+                 report: Callable[[str], None] | None = None) -> None:
+        self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+        self.input_path = Path(input_path)
+        self.folder = CorpusFolder(out)
+        self.cache_path = self.folder.root / "llm-cache.sqlite" if cache == "default" else cache
+        self.limit = limit
+        self.report = report or log.info
+        self._given = dict(backends or {})
+        self._backends: dict[str, Any] = {}
+        self._cache: ChatCache | None = None
+        self.run: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- input
+    def read_input(self) -> Iterator[dict[str, Any]]:
+        """The input records (checked by the pipeline's reader), at most ``limit`` of them."""
+        records = self.pipeline.kind.read_input(self.input_path, self.pipeline.input, self.pipeline.options)
+        for n, record in enumerate(records):
+            if self.limit is not None and n >= self.limit:
+                return
+            yield record
+
+    def input_parts(self, wanted: set[int]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """``(k, records)`` for each part ``k`` in ``wanted``, reading the input once."""
+        size, part, k = self.pipeline.records_per_part, [], 0
+        for record in self.read_input():
+            part.append(record)
+            if len(part) == size:
+                if k in wanted:
+                    yield k, part
+                part, k = [], k + 1
+        if part and k in wanted:
+            yield k, part
+
+    # ---------------------------------------------------------------- checks
+    def prepare(self, stages: Sequence[str] | None = None) -> dict[str, Any]:
+        """Check the stages, the input (every record, before any call), the keys the
+        stages' roles read; then create the folder and write ``run.json`` (or check that
+        an existing one was made by the same pipeline from the same input). Returns it."""
+        names = [s.name for s in self.pipeline.stages]
+        for name in stages or ():
+            self.pipeline.stage(name)
+        if not self.input_path.is_file():
+            raise MissingFileError(f"{self.input_path}: no such input file")
+        count = sum(1 for _ in self.read_input())
+        if count == 0:
+            raise UserError(f"{self.input_path}: no input records")
+        roles = {self.pipeline.stage(n).role for n in (stages or names)}
+        for role in sorted(roles - set(self._given)):
+            env = missing_key(self.pipeline.roles[role])
+            if env:
+                raise ConfigError(f"roles.{role}: no API key: set the environment variable {env} (a local server "
+                                  "without authentication takes any value, e.g. EMPTY)")
+        size = self.pipeline.records_per_part
+        run = {"format": _RUN_FORMAT, "version": 1, "pipeline": self.pipeline.describe(),
+               "records_per_part": size, "stages": names,
+               "input": {"file": self.input_path.name, "sha256": _file_sha256(self.input_path), "limit": self.limit,
+                         "records": count, "parts": -(-count // size)}}
+        self.folder.root.mkdir(parents=True, exist_ok=True)
+        earlier = self.folder.read_run()
+        if earlier is None:
+            self.folder.write_run(run)
+            atomic_write_text(self.folder.root / "pipeline.yaml",
+                              yaml.safe_dump(self.pipeline.raw, sort_keys=False, allow_unicode=True))
+        else:
+            _check_same(earlier, run, self.folder.run_file)
+            run = earlier
+        self.run = run
+        return run
+
+    # ---------------------------------------------------------------- work
+    def backend(self, role: str) -> Any:
+        if role in self._given:
+            given, model = self._given[role], self.pipeline.roles[role]["model"]
+            # records name the role's model (generated_by, the cache keys): it must be the one answering
+            if given.describe().get("model") != model:
+                raise ConfigError(f"roles.{role}.model is {model!r}, but the backend given for it serves "
+                                  f"{given.describe().get('model')!r}; set the role's model to the backend's")
+            return given
+        if role not in self._backends:
+            if self._cache is None and self.cache_path is not None:
+                self._cache = ChatCache(self.cache_path)
+            self._backends[role] = build_backend(self.pipeline.roles[role], cache=self._cache, where=f"roles.{role}")
+        return self._backends[role]
+
+    def process_part(self, k: int, input_records: Callable[[], list[dict[str, Any]]],
+                     stages: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+        """Run the stages (all, or those named) that part ``k`` lacks; returns, per stage
+        run, ``{"records", "seconds"}``. A stage reads the part the stage before it wrote."""
+        selected = set(stages or [s.name for s in self.pipeline.stages])
+        kind = self.pipeline.kind
+        done: dict[str, dict[str, float]] = {}
+        records: list[dict[str, Any]] | None = None
+        for j, stage in enumerate(self.pipeline.stages):
+            if stage.name not in selected or self.folder.has_part(stage.name, k):
+                records = None
+                continue
+            if records is None:
+                if j == 0:
+                    records = input_records()
+                else:
+                    before = self.pipeline.stages[j - 1].name
+                    if not self.folder.has_part(before, k):
+                        raise UserError(f"stage {stage.name}: part {k} of stage {before} is missing from "
+                                        f"{self.folder.stage_dir(before)}; run stage {before} first")
+                    records = [kind.unpack(r) for r in self.folder.read_part(before, k)]
+            start = time.monotonic()
+            backend = self.backend(stage.role)
+            asked = backend.summary.as_dict()
+            records = run_step(records, stage, self.pipeline.context(stage), backend)
+            _refuse_unanswered(records, stage, k, asked, backend.summary.as_dict())
+            path = self.folder.part(stage.name, k)
+            for line, record in enumerate(records, start=1):
+                kind.check_record(record, path, line)
+            self.folder.write_part(stage.name, k, [kind.pack(r) for r in records], kind.fields)
+            # the next stage reads what was written, as a rerun would
+            records = [kind.unpack(r) for r in self.folder.read_part(stage.name, k)]
+            done[stage.name] = {"records": len(records), "seconds": time.monotonic() - start}
+        return done
+
+    def complete(self) -> bool:
+        parts = self.run["input"]["parts"]
+        return all(not self.folder.missing_parts(s.name, parts) for s in self.pipeline.stages)
+
+    def finalize(self, merge: bool = True) -> dict[str, Any]:
+        return self.folder.finalize(self.run, [s.name for s in self.pipeline.stages], merge=merge)
+
+    def summaries(self) -> dict[str, Any]:
+        backends = {**self._given, **self._backends}
+        return {role: {**b.describe(), **b.summary.as_dict()} for role, b in backends.items()}
+
+    def close(self) -> None:
+        for b in self._backends.values():
+            b.close()
+        if self._cache is not None:
+            self._cache.close()
+
+    def __enter__(self) -> CorpusRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _refuse_unanswered(records: list[dict[str, Any]], stage: Any, k: int, before: dict[str, int],
+                       after: dict[str, int]) -> None:
+    """Raise rather than write a part whose every request failed without any answer for a
+    reason of the endpoint (down, unreachable, timing out): such a part would hold only
+    failures, and a rerun would skip it. A request whose own media cannot be read fails
+    alone and is recorded (``cannot ...``); a malformed answer is an answer."""
+    requests, failures = after["requests"] - before["requests"], after["failures"] - before["failures"]
+    if not requests or failures < requests:
+        return
+    new = [f for r in records for f in (r.get("failures") or []) if f.get("stage") == stage.name]
+    if new and all(f.get("answer") is None and not str(f.get("error", "")).startswith("cannot") for f in new):
+        raise UserError(f"stage {stage.name}, part {k}: all {requests} requests failed without an answer "
+                        f"(the first: {new[0]['error']}); nothing was written for this part: check roles.{stage.role} "
+                        "(base_url, the server, the network) and run again")
+
+
+def _check_same(earlier: dict[str, Any], now: dict[str, Any], where: Path) -> None:
+    if earlier.get("format") != _RUN_FORMAT:
+        raise UserError(f"{where}: not a `vlr generate` run file; give another --out")
+    for what, a, b in (("pipeline", earlier["pipeline"]["fingerprint"], now["pipeline"]["fingerprint"]),
+                       ("input file", earlier["input"]["sha256"], now["input"]["sha256"]),
+                       ("number of input records", earlier["input"]["records"], now["input"]["records"])):
+        if a != b:
+            raise UserError(f"{where}: this folder holds a run of another {what} ({a!s:.12} there, {b!s:.12} now); "
+                            "a rerun must use the same pipeline (prompts, models, sampling, seed, part size) and "
+                            "input: give another --out, or remove the folder to start over")
+
+
+def generate_corpus(pipeline: Pipeline | str | os.PathLike[str], input_path: str | os.PathLike[str],
+                    out: str | os.PathLike[str], *, stages: Sequence[str] | None = None, shard_index: int = 0,
+                    shard_count: int = 1, cache: str | os.PathLike[str] | None = "default", merge: bool = True,
+                    limit: int | None = None, backends: Mapping[str, Any] | None = None,
+                    report: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Generate (or finish) the corpus of ``pipeline`` over ``input_path`` into ``out``.
+
+    Runs the parts of shard ``shard_index`` of ``shard_count`` through ``stages`` (default:
+    all), skipping what is already written; when every part of every stage is there, merges
+    ``corpus.jsonl`` (unless ``merge=False``) and writes ``manifest.json``. Progress goes to
+    ``report`` (one line per part: records, records/s) and to ``OUT/progress/``.
+
+    Returns ``{"out", "records", "parts", "parts_run", "records_per_s", "complete",
+    "manifest" (or None), "backends"}``.
+
+    Example::
+
+        >>> generate_corpus("paragraph", "cc3m_500k.jsonl", "corpus/")  # doctest: +SKIP
+        >>> read_paragraph_samples("corpus/corpus.jsonl", media_key="image")  # doctest: +SKIP
+    """
+    for name, value, low in (("shard_index", shard_index, 0), ("shard_count", shard_count, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name}: expected an integer >= {low}, found {value!r}")
+    if shard_index >= shard_count:
+        raise ConfigError(f"shard_index: expected 0 .. {shard_count - 1} (shard_count {shard_count}), "
+                          f"found {shard_index}")
+    with CorpusRun(pipeline, input_path, out, cache=cache, backends=backends, limit=limit, report=report) as run:
+        info = run.prepare(stages)
+        parts = info["input"]["parts"]
+        names = list(stages or info["stages"])
+        owned = [k for k in range(parts) if k % shard_count == shard_index]
+        todo = {k for k in owned if any(not run.folder.has_part(s, k) for s in names)}
+        progress = run.folder.progress_file(shard_index, shard_count)
+        start, records_done, parts_run = time.monotonic(), 0, 0
+        first = info["stages"][0]
+        need_input = {k for k in todo if first in names and not run.folder.has_part(first, k)}
+        inputs = run.input_parts(need_input)
+        buffered: dict[int, list[dict[str, Any]]] = {}
+
+        def input_of(k: int) -> Callable[[], list[dict[str, Any]]]:
+            def read() -> list[dict[str, Any]]:
+                while k not in buffered:
+                    got, records = next(inputs)
+                    buffered[got] = records
+                return buffered.pop(k)
+            return read
+
+        for k in sorted(todo):
+            stats = run.process_part(k, input_of(k), names)
+            parts_run += 1
+            records_done += max((s["records"] for s in stats.values()), default=0)
+            elapsed = time.monotonic() - start
+            rate = records_done / elapsed if elapsed > 0 else 0.0
+            run.report(f"part {k + 1}/{parts} ({', '.join(stats) or 'nothing to do'}): "
+                       f"{parts_run}/{len(todo)} parts of worker {shard_index}/{shard_count} done, "
+                       f"{rate:.2f} records/s")
+            atomic_write_json(progress, {"worker": shard_index, "workers": shard_count, "parts_owned": len(owned),
+                                         "parts_left": len(todo) - parts_run, "records": records_done,
+                                         "seconds": round(elapsed, 3), "records_per_s": round(rate, 3),
+                                         "backends": run.summaries()})
+        elapsed = time.monotonic() - start
+        complete = run.complete()
+        manifest = run.finalize(merge) if complete else None
+        return {"out": str(run.folder.root), "records": info["input"]["records"], "parts": parts,
+                "parts_run": parts_run, "records_per_s": records_done / elapsed if elapsed > 0 and records_done else 0.0,
+                "complete": complete, "manifest": manifest, "backends": run.summaries()}

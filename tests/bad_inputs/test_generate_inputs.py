@@ -1,0 +1,132 @@
+"""The bad-input catalogue for `vlr generate` and `vlr generate stats`: refused before any
+model is asked (the endpoint is a closed port), naming the option, file, line or key, and
+leaving no corpus folder behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from _refusal import assert_refused
+
+pytest.importorskip("openai")
+
+from PIL import Image
+
+from vlr_plugins.generate.pipeline import list_pipelines
+
+CLOSED = "http://127.0.0.1:9/v1"
+FAST = ["--set", f"roles.captioner.base_url={CLOSED}", f"roles.judge.base_url={CLOSED}",
+        "roles.captioner.max_retries=0", "roles.judge.max_retries=0"]
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.png")
+    items = _write(tmp_path / "items.jsonl", json.dumps({"id": "1", "image": "a.png", "caption": "a dog"}) + "\n")
+    return tmp_path, items
+
+
+def _pipeline_copy(tmp_path, edit):
+    """The shipped paragraph pipeline copied with its prompts, ``edit(folder)`` applied."""
+    src = list_pipelines()["paragraph"]
+    folder = tmp_path / "mine"
+    shutil.copytree(src.parent / "prompts", folder / "prompts")
+    shutil.copy(src, folder / "paragraph.yaml")
+    edit(folder)
+    return folder / "paragraph.yaml"
+
+
+def _unknown_slot(folder):
+    _write(folder / "prompts" / "paragraph" / "score.txt", "Score {paragraph} against {reference}.")
+
+
+def _not_yaml(folder):
+    _write(folder / "paragraph.yaml", "pipeline: [paragraph\n")
+
+
+CASES = {
+    "input-missing": (lambda t, i: ["paragraph", "--input", t / "nope.jsonl", *FAST], ["--input", "nope.jsonl"]),
+    "no-such-pipeline": (lambda t, i: ["nope", "--input", i, *FAST], ["no pipeline named 'nope'", "paragraph"]),
+    "out-is-a-file": (lambda t, i: ["paragraph", "--input", i, "--out", i, *FAST], ["--out", "items.jsonl"]),
+    "shard-index-out-of-range": (lambda t, i: ["paragraph", "--input", i, "--shard-index", "2", "--shard-count", "2",
+                                               *FAST], ["--shard-index", "0 .. 1"]),
+    "shard-count-zero": (lambda t, i: ["paragraph", "--input", i, "--shard-count", "0", *FAST], ["--shard-count"]),
+    "set-without-value": (lambda t, i: ["paragraph", "--input", i, *FAST, "roles.judge.model"], ["--set"]),
+    "set-unknown-key": (lambda t, i: ["paragraph", "--input", i, *FAST, "temperature=0.5"],
+                        ["paragraph.yaml (with --set)", "unknown key 'temperature'"]),
+    "negative-temperature": (lambda t, i: ["paragraph", "--input", i, *FAST,
+                                           "prompts.paragraph.sampling.temperature=-1"],
+                             ["prompts.paragraph.sampling.temperature", "-1"]),
+    "unknown-backend": (lambda t, i: ["paragraph", "--input", i, *FAST, "roles.judge.backend=tgi"],
+                        ["roles.judge.backend", "tgi"]),
+    "unknown-sampling-key": (lambda t, i: ["paragraph", "--input", i, *FAST, "prompts.score.sampling.seed=3"],
+                             ["prompts.score.sampling", "seed"]),
+    "unknown-stage": (lambda t, i: ["paragraph", "--input", i, "--stages", "caption", *FAST],
+                      ["--stages", "'caption'", "score-1"]),
+    "input-not-json": (lambda t, i: ["paragraph", "--input", _write(t / "bad.jsonl", '{"id": "1", "image": "a.png", '
+                                     '"caption": "a"}\n{"id": 2\n'), *FAST], ["bad.jsonl", "line 2"]),
+    "input-without-caption": (lambda t, i: ["paragraph", "--input", _write(t / "nocap.jsonl", json.dumps(
+        {"id": "1", "image": "a.png"}) + "\n"), *FAST], ["nocap.jsonl", "line 1", "caption"]),
+    "input-duplicate-id": (lambda t, i: ["paragraph", "--input", _write(t / "dup.jsonl", 2 * (json.dumps(
+        {"id": "1", "image": "a.png", "caption": "a"}) + "\n")), *FAST], ["dup.jsonl", "line 2", "'1'"]),
+    "input-empty": (lambda t, i: ["paragraph", "--input", _write(t / "empty.jsonl", "\n"), *FAST],
+                    ["empty.jsonl", "no input records"]),
+    "mvc-input-without-video": (lambda t, i: ["mvc", "--input", i, "--set", *(f"roles.{r}.base_url={CLOSED}" for r in
+                                              ("captioner_1", "captioner_2", "refiner"))],
+                                ["items.jsonl", "line 1", "video"]),
+    "template-unknown-slot": (lambda t, i: [_pipeline_copy(t, _unknown_slot), "--input", i, *FAST],
+                              ["score.txt", "{reference}"]),
+    "pipeline-not-yaml": (lambda t, i: [_pipeline_copy(t, _not_yaml), "--input", i], ["paragraph.yaml", "YAML"]),
+    "cache-and-no-cache": (lambda t, i: ["paragraph", "--input", i, "--cache", t / "c.sqlite", "--no-cache", *FAST],
+                           ["--no-cache", "--cache"]),
+    "ray-and-shards": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-count", "2", *FAST],
+                       ["--shard-count", "ray"]),
+    "ray-workers-zero": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--ray-workers", "0", *FAST],
+                         ["--ray-workers"]),
+    "stats-without-corpus": (lambda t, i: ["stats"], ["CORPUS"]),
+    "stats-missing-corpus": (lambda t, i: ["stats", t / "nowhere"], ["nowhere", "no such corpus"]),
+    "stats-unfinished-run": (lambda t, i: ["stats", _mkdir(t / "half")], ["half", "manifest.json"]),
+    "stats-with-run-option": (lambda t, i: ["stats", i, "--input", i], ["--input", "stats"]),
+    "stats-plot-not-an-image": (lambda t, i: ["stats", i, "--plot", t / "a.txt"], ["--plot", "a.txt"]),
+}
+
+
+def _mkdir(path):
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_generate_refuses_bad_input_before_asking_a_model(world, case):
+    tmp_path, items = world
+    change, where = CASES[case]
+    out = tmp_path / "corpus"
+    argv = ["generate", *change(tmp_path, items)]
+    if argv[1] != "stats" and "--out" not in argv:
+        argv += ["--out", out]
+    assert_refused(argv, *where, leaves=[out, tmp_path / "a.txt"], cwd=tmp_path)
+
+
+def test_no_api_key_is_refused_naming_the_variable(world, monkeypatch):
+    tmp_path, items = world
+    monkeypatch.delenv("OPENAI_API_KEY")
+    out = tmp_path / "corpus"
+    assert_refused(["generate", "paragraph", "--input", items, "--out", out, *FAST],
+                   "roles.", "OPENAI_API_KEY", leaves=[out])
+
+
+def test_a_folder_of_another_pipeline_is_refused(world):
+    tmp_path, items = world
+    out = tmp_path / "corpus"
+    out.mkdir()
+    _write(out / "run.json", json.dumps({"format": "something else"}))
+    assert_refused(["generate", "paragraph", "--input", items, "--out", out, *FAST], "run.json", "--out",
+                   leaves=[out / "stages"])
