@@ -17,39 +17,9 @@ from typing import Any
 import yaml
 
 from vlr_plugins.errors import MissingFileError, UsageError, UserError, run_cli
+from vlr_plugins.recipe.overrides import parse_set_items as _parse_set
 
 __all__ = ["main"]
-
-
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``["train.epochs=2", "data.train=x.jsonl"]`` -> nested dict (values parsed as YAML).
-
-    A later item wins over an earlier one for the same key; an item may not reach inside a
-    key that an earlier one set to a plain value (``a=1 a.b=2``).
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError("--set", f"expected KEY=VALUE such as train.epochs=2, found {item!r}")
-        parts = key.split(".")
-        if not all(p and p.strip() == p and " " not in p for p in parts):
-            raise UsageError("--set", f"{item!r}: expected a dotted key such as train.epochs, found {key!r}")
-        node = out
-        for depth, p in enumerate(parts[:-1]):
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                earlier = ".".join(parts[: depth + 1])
-                raise UsageError("--set", f"{item!r} sets a key inside {earlier}, which an earlier item set to "
-                                          f"{node!r}; give one or the other")
-        try:
-            node[parts[-1]] = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            # the message of a MarkedYAMLError spans lines (it quotes the input); keep its gist
-            problem = getattr(e, "problem", None) or " ".join(str(e).split())
-            raise UsageError("--set", f"{item!r}: the value is not valid YAML: {problem}") from None
-    return out
 
 
 # --------------------------------------------------------------------------- commands
@@ -135,6 +105,25 @@ def _train_native(args: argparse.Namespace, path: str) -> int:
     return 0
 
 
+def _refuse_other_command(name: str, path: Any) -> None:
+    """``vlr train`` given a shipped file that another command runs (a LAVIS run config, a
+    generation pipeline) says which command, instead of failing on the file's keys."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # the recipe loader reports it
+    block = raw.get("vlr") if isinstance(raw, dict) else None
+    kind = block.get("kind") if isinstance(block, dict) else None
+    if kind == "generate":
+        pipeline = block.get("name") or name
+        raise UsageError("recipe", f"{name} is a generation pipeline, not a training recipe: run it with "
+                                   f"`vlr generate {pipeline} --input ... --out ...` (docs/generate.md)")
+    if isinstance(raw, dict) and "run" in raw and "datasets" in raw and isinstance(block, dict):
+        raise UsageError("recipe", f"{name} is a LAVIS run config: train it with `vlr lavis-train --cfg-path "
+                                   f"{name} ...` in the LAVIS environment (docs/lavis.md)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from mmengine.config import Config
 
@@ -142,6 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from vlr_plugins.recipe import find_recipe
 
     path = find_recipe(args.recipe)
+    _refuse_other_command(args.recipe, path)
     if is_native_config(path):
         return _train_native(args, str(path))
 

@@ -403,3 +403,16 @@ def test_resume_auto_from_a_damaged_latest_checkpoint_is_refused(kit):
     (kit.work / "last_checkpoint").write_text(str(kit.work / "epoch_2.pth"))
     assert_refused(kit.argv(more=("--resume",)), "--resume", "last_checkpoint", "epoch_2.pth")
     assert sorted(p.name for p in kit.work.iterdir()) == ["epoch_2.pth", "last_checkpoint"]
+
+
+@pytest.mark.parametrize("name, command", [
+    ("generate/paragraph", "vlr generate paragraph"),
+    ("generate/mvc", "vlr generate mvc"),
+    ("lavis/c5", "vlr lavis-train --cfg-path lavis/c5"),
+])
+def test_train_on_a_file_another_command_runs_names_that_command(name, command, capsys):
+    from vlr_plugins.cli import main
+
+    assert main(["train", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: recipe: {name} is a ") and f"`{command} " in err

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.generate.backends.vllm_chat import VLLMChatBackend, vllm_sampling
@@ -31,11 +30,9 @@ def test_without_vllm_the_error_says_what_to_do():
         pytest.skip("vllm is installed here")
 
 
-# not marked `gpu`: benchmarks/gpu_check.sh installs no vllm, and there a skip is a failure;
-# it runs wherever vllm and a CUDA device are both present
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device and vllm")
+@pytest.mark.gpu
+@pytest.mark.optional_package("vllm")  # not in benchmarks/gpu_wheels.txt: listed as not run there
 def test_a_tiny_model_answers_a_batch(tmp_path):
-    pytest.importorskip("vllm")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
     from _tiny_mllm import tiny_qwen2_lm
 

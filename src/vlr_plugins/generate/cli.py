@@ -109,30 +109,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _overrides(items: list[str]) -> dict[str, Any]:
     """``--set`` items (``roles.judge.base_url=http://...``) as a nested mapping, values read
-    as YAML; the grammar of ``vlr train --set`` (a later item wins; no key inside a value)."""
-    import yaml
+    as YAML; the grammar of ``vlr train --set``."""
+    from vlr_plugins.recipe.overrides import parse_set_items
 
-    from vlr_plugins.errors import UsageError
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(p and p.strip() == p and " " not in p for p in parts):
-            raise UsageError("--set", f"expected KEY=VALUE with a dotted key such as roles.judge.concurrency=32, "
-                                      f"found {item!r}")
-        node = out
-        for depth, p in enumerate(parts[:-1]):
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise UsageError("--set", f"{item!r} sets a key inside {'.'.join(parts[:depth + 1])}, which an "
-                                          f"earlier item set to {node!r}; give one or the other")
-        try:
-            node[parts[-1]] = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            problem = getattr(e, "problem", None) or " ".join(str(e).split())
-            raise UsageError("--set", f"{item!r}: the value is not valid YAML: {problem}") from None
-    return out
+    return parse_set_items(items, example="roles.judge.concurrency=32")
 
 
 def _at_least(low: int) -> Any:

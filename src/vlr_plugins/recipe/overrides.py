@@ -10,13 +10,14 @@ than the recipe file that never said ``two``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vlr_plugins.errors import UsageError
 from vlr_plugins.recipe.errors import RecipeError, Source
 
-__all__ = ["Overrides", "ValueSources"]
+__all__ = ["Overrides", "ValueSources", "parse_set_items"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,39 @@ class ValueSources:
     def error(self, key: str, message: str) -> RecipeError:
         """A :class:`~vlr_plugins.recipe.RecipeError` for ``key``, blamed on who wrote it."""
         return RecipeError(self.of(key), key, message)
+
+
+def parse_set_items(items: Sequence[str], *, option: str = "--set", example: str = "train.epochs=2") -> dict[str, Any]:
+    """``["train.epochs=2", "data.train=x.jsonl"]`` -> nested dict (values parsed as YAML).
+
+    The grammar of every ``--set`` option (``vlr train``, ``vlr generate``): a later item
+    wins over an earlier one for the same key; an item may not reach inside a key that an
+    earlier one set to a plain value (``a=1 a.b=2``). Errors are :class:`UsageError` naming
+    ``option``; ``example`` is the item they show.
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(option, f"expected KEY=VALUE such as {example}, found {item!r}")
+        parts = key.split(".")
+        if not all(p and p.strip() == p and " " not in p for p in parts):
+            raise UsageError(option, f"{item!r}: expected a dotted key such as {example.partition('=')[0]}, "
+                                     f"found {key!r}")
+        node = out
+        for depth, p in enumerate(parts[:-1]):
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                earlier = ".".join(parts[: depth + 1])
+                raise UsageError(option, f"{item!r} sets a key inside {earlier}, which an earlier item set to "
+                                         f"{node!r}; give one or the other")
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            # the message of a MarkedYAMLError spans lines (it quotes the input); keep its gist
+            problem = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise UsageError(option, f"{item!r}: the value is not valid YAML: {problem}") from None
+    return out
