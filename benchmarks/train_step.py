@@ -45,8 +45,8 @@ import tempfile
 import time
 
 SHAPES = {
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "reduced": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
+    "base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+    "reduced": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024},
 }
 VOCAB = 30524  # BLIP's BERT vocabulary
 EMBED_DIM = 256

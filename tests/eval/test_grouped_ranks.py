@@ -6,6 +6,8 @@ full float64 score matrix, each query's gallery sorted by (-score, index).
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import torch
 
@@ -52,9 +54,9 @@ def test_blocks_cover_the_items_and_their_texts_fit_a_tile():
         matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=budget, chunk_size=chunk_size)
         bounds = diagonal_blocks(matrix)
         assert bounds[0] == 0 and bounds[-1] == len(items)
-        assert all(a < b for a, b in zip(bounds, bounds[1:]))
+        assert all(a < b for a, b in pairwise(bounds))
         tile = budget // 8
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in pairwise(bounds):
             n_texts = int(((owner >= a) & (owner < b)).sum())
             assert (b - a) * n_texts <= tile, (chunk_size, budget, a, b)
             if chunk_size is not None:

@@ -24,10 +24,17 @@ from __future__ import annotations
 
 import bisect
 import math
+from itertools import pairwise
 
 import torch
 
-from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls, tile_budget
+from vlr_plugins.eval._tiles import (
+    ScoreMatrix,
+    count_above,
+    count_accumulators,
+    exact_matmuls,
+    tile_budget,
+)
 from vlr_plugins.eval.row_ranks import row_ranks
 
 _INF = float("inf")
@@ -54,7 +61,7 @@ def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
     rows = min(rows, n_items, budget)
     cols = _aligned_down(budget // rows)
     first_text = matrix.first_text.tolist()
-    if max(b - a for a, b in zip(first_text, first_text[1:])) > cols:
+    if max(b - a for a, b in pairwise(first_text)) > cols:
         return None
     bounds = [0]
     while bounds[-1] < n_items:
@@ -70,8 +77,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
     :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`."""
     device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
     text_bounds = matrix.first_text[bounds].tolist()
-    items = list(zip(bounds, bounds[1:]))
-    texts = list(zip(text_bounds, text_bounds[1:]))
+    items = list(pairwise(bounds))
+    texts = list(pairwise(text_bounds))
     rows = max(b - a for a, b in items)
     cols = _aligned_up(max(b - a for a, b in texts))
     item_rows = torch.empty(rows, matrix.dim, device=device)
