@@ -4,11 +4,13 @@
 #      into two --target folders (nothing is built there),
 #   2. runs every test marked `gpu` with VLR_REQUIRE_GPU=1, so that a skip is a failure:
 #      the LAVIS ones (tests/integrations/lavis) in their own process, over the LAVIS overlay,
-#   3. runs benchmarks/retrieval_recall.py on CUDA at COCO-5K and COCO-train2017 size,
+#   3. runs benchmarks/retrieval_recall.py on CUDA at COCO-5K, 10K x 50K (with the peer,
+#      CLIP_benchmark's recall_at_k) and COCO-train2017 size, and benchmarks/train_step.py
+#      (C5's step, text-only against frozen ViT, BLIP-base shapes),
 #   4. writes OUTDIR/summary.json and OUTDIR/summary.md (benchmarks/gpu_summary.py), beside
-#      gpu_check.log (everything printed) and retrieval_recall.json: four files, whatever the
-#      number of tests (the device tool brings back at most 8).
-# Under 8 minutes on one H200, installs included (each step has a time cap).
+#      gpu_check.log (everything printed), retrieval_recall.json and train_step.json: five
+#      files, whatever the number of tests (the device tool brings back at most 8).
+# Under 9 minutes on one H200, installs included (each step has a time cap).
 #   bash benchmarks/gpu_check.sh OUTDIR              # exit 0 only if everything ran and passed
 #   bash benchmarks/gpu_check.sh --dry-run [OUTDIR]  # any machine: what would run, nothing run
 # Without CUDA it stops at once, exit 3, saying why. A new GPU test needs only the `gpu` marker:
@@ -24,7 +26,8 @@ STUBS=$ROOT/benchmarks/gpu_stubs
 # caps in seconds: together with the installs, under 8 minutes
 T_MAIN=${VLR_GPU_T_MAIN:-170}
 T_LAVIS=${VLR_GPU_T_LAVIS:-140}
-T_BENCH=${VLR_GPU_T_BENCH:-100}
+T_BENCH=${VLR_GPU_T_BENCH:-110}
+T_TRAIN=${VLR_GPU_T_TRAIN:-80}
 T_TEST=120  # pytest-timeout, per test of the main process
 MAIN_PATH=$ROOT/src:$SITE
 LAVIS_PATH=$ROOT/src:$SITE_LAVIS:$STUBS:$SITE  # LAVIS' transformers 4.x and timm 0.4.12 first
@@ -86,7 +89,9 @@ if [ "$DRY" = 1 ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
   echo "4. benchmark, cap ${T_BENCH}s: $PY benchmarks/retrieval_recall.py --device cuda --json ${OUTDIR:-OUTDIR}/retrieval_recall.json"
-  echo "   floor and engine in fp32/fp16/bf16 at 5,000 x 25,000 (also rows, full) and 118,287 x 591,753"
+  echo "   floor, chunk and engine in fp32/fp16/bf16 at 5,000 x 25,000 (also rows, full), 10,000 x 50,000"
+  echo "   (also peer) and 118,287 x 591,753"
+  echo "   then, cap ${T_TRAIN}s: $PY benchmarks/train_step.py --device cuda --rounds 1 --steps 10 --json ${OUTDIR:-OUTDIR}/train_step.json"
   echo "5. summary: ${OUTDIR:-OUTDIR}/summary.json and summary.md (benchmarks/gpu_summary.py)"
   [ "$rc" = 0 ] || echo "gpu_check --dry-run: collection FAILED (above)" >&2
   exit "$rc"
@@ -95,7 +100,7 @@ fi
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
 LOG=$OUTDIR/gpu_check.log
-rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/summary.json "$OUTDIR"/summary.md
+rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/summary.json "$OUTDIR"/summary.md
 : > "$LOG"
 STEPS=$(mktemp)
 STARTED=$(date +%s)
@@ -223,7 +228,18 @@ case $rc in
   124 | 137) status="timed out after ${T_BENCH}s" ;;
   *) status="failed (exit $rc)" ;;
 esac
-step benchmark-retrieval_recall "$status" "$rc" $((SECONDS - t0)) "COCO-5K and COCO-train2017 sizes, fp32/fp16/bf16"
+step benchmark-retrieval_recall "$status" "$rc" $((SECONDS - t0)) "COCO-5K, 10K x 50K (peer) and COCO-train2017 sizes, fp32/fp16/bf16"
+
+t0=$SECONDS
+PYTHONPATH=$MAIN_PATH timeout -k 10 "$T_TRAIN" "$PY" benchmarks/train_step.py --device cuda --rounds 1 --steps 10 \
+  --json "$OUTDIR/train_step.json" 2>&1 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+case $rc in
+  0) status=ok ;;
+  124 | 137) status="timed out after ${T_TRAIN}s" ;;
+  *) status="failed (exit $rc)" ;;
+esac
+step benchmark-train_step "$status" "$rc" $((SECONDS - t0)) "C5 step, BLIP-base shapes: text-only vs frozen ViT"
 
 # ---------------------------------------------------------------- summary
 summary

@@ -117,13 +117,20 @@ def markdown(s: dict) -> str:
     if bench.get("records"):
         lines += ["", f"## Retrieval recall benchmark (D = {bench.get('dim')})", "",
                   "| items x texts | method | precision | runs | best (s) | median (s) | time / floor "
-                  "| peak extra GPU memory (MiB) |", "|---|---|---|---|---|---|---|---|"]
+                  "| median / chunk | peak extra GPU memory (MiB) |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['precision']} | {r['runs']} | "
                   f"{r['best_s']:.4f} | {r.get('median_s', r['best_s']):.4f} | {r['time_over_floor']:.2f} | "
-                  f"{r['peak_extra_mib']:,.1f} |" for r in bench["records"]]
+                  f"{r.get('over_chunk', float('nan')):.2f} | {r['peak_extra_mib']:,.1f} |" for r in bench["records"]]
         lines += ["", "Recalls of fp16 / bf16 against fp32: " + ", ".join(
             f"{c['size']} {c['precision']} {'equal' if c['equal_to_fp32'] else 'DIFFERENT'}"
             for c in s["recall_checks"])]
+    train = s.get("train_step") or {}
+    if train.get("records"):
+        lines += ["", f"## C5 training step ({train.get('shapes')} shapes, {train.get('batch')} images a step)", "",
+                  "| method | samples/s | x frozen_vit | step (s) | waiting for data (ms / step) "
+                  "| peak extra GPU memory (MiB) |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['samples_per_s']:.1f} | {r['over_frozen_vit']:.2f} | {r['step_s']:.3f} | "
+                  f"{r['wait_s'] * 1e3:.1f} | {r['peak_extra_mib']:,.0f} |" for r in train["records"]]
     for name, pkgs in s["carried"].items():
         if pkgs:
             lines += ["", f"Carried ({name}): " + ", ".join(f"{k} {v}" for k, v in sorted(pkgs.items()))]
@@ -140,12 +147,16 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
     bench_path = outdir / "retrieval_recall.json"
     bench = json.loads(bench_path.read_text()) if bench_path.is_file() else None
     checks = recall_checks(bench) if bench else []
+    train_path = outdir / "train_step.json"
+    train = json.loads(train_path.read_text()) if train_path.is_file() else None
     problems = [f"step {st['step']}: {st['status']}" + (f" ({st['note']})" if st.get("note") else "")
                 for st in steps if st["status"] != "ok"]
     problems += [f"test {t['id']}: {t['outcome']}" + (f": {t['message']}" if t["message"] else "")
                  for t in tests if t["outcome"] not in ("passed", "not run (optional)")]
     problems += [f"benchmark {c['size']}: {c['precision']} recalls differ from fp32"
                  for c in checks if not c["equal_to_fp32"]]
+    problems += [f"benchmark {r['items']:,} x {r['texts']:,}: the peer's recalls differ from the engine's"
+                 for r in (bench or {}).get("records", []) if r.get("same_recall_as_engine") is False]
     if not tests:
         problems.append("no test ran")
     for r in (bench or {}).get("records", []):
@@ -160,6 +171,7 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
         "steps": steps,
         "tests": tests,
         "benchmark": bench,
+        "train_step": train,
         "recall_checks": checks,
         "carried": {name: carried(path) for name, path in sites.items()},
     }

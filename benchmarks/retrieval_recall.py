@@ -1,31 +1,42 @@
-"""Benchmark: retrieval_recall's streaming engine against the bare multiply and the full matrix.
+"""Benchmark: retrieval_recall's streaming engine against the bare multiply, and against the peer.
 
-    python benchmarks/retrieval_recall.py            # COCO-5K-test, then COCO train2017 size (~15 min)
-    python benchmarks/retrieval_recall.py --quick    # small sizes, about a minute
+    python benchmarks/retrieval_recall.py            # 5K x 25K, 10K x 50K (+ peer), COCO train2017 size
+    python benchmarks/retrieval_recall.py --sizes 5k,10k   # without the train size (~10 min on 2 cores)
+    python benchmarks/retrieval_recall.py --quick    # 1K x 5K and 10K x 50K (+ peer)
     python benchmarks/retrieval_recall.py --device cuda --json out.json   # on a GPU (~1 min)
 
-Random unit vectors (seeded), 256-d, float32, text j described by item j mod N (5-6 texts
-per item). Every measurement runs in a fresh subprocess; memory is that process's peak
-resident set after the embeddings exist minus its resident set right then (the peak is
-reset with /proc/self/clear_refs, else read from getrusage). ``floor`` and ``engine`` run
-alternately, several times (the best time is kept; at the small size 5 times per process),
-so that load from other jobs on a shared machine hits both alike. Methods:
+Random unit vectors (seeded), 256-d, float32, 5-6 texts per item: text j belongs to item
+j N // M (texts listed grouped by item, as in every benchmark file) or, for
+``engine_interleaved``, to item j mod N (the layout of this benchmark's earlier runs, where
+the engine needs its first pass). Every measurement runs in a fresh subprocess; memory is
+that process's peak resident set after the embeddings exist minus its resident set right
+then (the peak is reset with /proc/self/clear_refs, else read from getrusage). ``floor``,
+``chunk`` and the engines run in rounds, alternately (at the small size each process keeps
+the best of 5 calls), so that load from other jobs on a shared machine hits all alike;
+ratios are between the medians over rounds. Methods:
 
-* ``floor``   -- one ``torch.mm`` per tile over the engine's own tiles: every score
-  computed once, nothing else. The least any exact method must do.
-* ``engine``  -- ``retrieval_recall(items, texts, owner)``: both directions, exact ranks.
+* ``floor``   -- one ``torch.mm`` per tile of ``tile_shape`` (the two-pass engine's tiles).
+* ``chunk``   -- one ``torch.mm`` per 4,096 texts x the whole item gallery: the fastest bare
+  multiply of the same two matrices measured at any chunking. Every score computed once,
+  nothing else: the least any exact method must do.
+* ``engine``  -- ``retrieval_recall(items, texts, owner)``, texts grouped by item: both
+  directions, exact ranks, every pair scored once (``grouped_ranks``).
+* ``engine_interleaved`` -- the same on the interleaved layout (``exact_ranks``: a first pass
+  over the positive pairs, then the main pass).
 * ``rows``    -- the previous implementation (``ranks_of_best_positive``, copied into this
   script as ``_ranks_by_rows``): each direction scored separately, chunk of queries x
   whole gallery, with (chunk, G) masks.
 * ``full``    -- the whole score matrix and an argsort of every row and every column, as
-  CLIP_benchmark / LAVIS do (only where it fits in memory).
+  LAVIS does (only where it fits in memory).
+* ``peer``    -- CLIP_benchmark's retrieval metric (``recall_at_k``, reproduced in
+  ``run_peer``), at 10K x 50K: its recalls must equal the engine's.
 
 With ``--device cuda`` the embeddings (the same seeded vectors) are moved to the GPU once
 per size and every measurement runs in this process: one warm-up call, then ``--repeat``
 timed calls, each ended by ``torch.cuda.synchronize()``; memory is the CUDA allocator's
-peak during the timed calls minus what was allocated before them. ``floor`` and ``engine``
-run in each precision (fp32 without TF32, as the engine multiplies; fp16 and bf16 summed in
-float32), and each ``engine`` row keeps its recalls, which must equal fp32's.
+peak during the timed calls minus what was allocated before them. ``floor``, ``chunk`` and
+``engine`` run in each precision (fp32 without TF32, as the engine multiplies; fp16 and
+bf16 summed in float32), and each ``engine`` row keeps its recalls, which must equal fp32's.
 """
 
 from __future__ import annotations
@@ -40,7 +51,11 @@ import time
 
 D = 256
 COCO_5K = (5_000, 25_000)
+PEER_SIZE = (10_000, 50_000)
 COCO_TRAIN = (118_287, 591_753)
+SIZES = {"1k": (1_000, 5_000), "5k": COCO_5K, "10k": PEER_SIZE, "train": COCO_TRAIN}
+CHUNK_TEXTS = 4096
+KS = (1, 5, 10)
 
 
 # ---------------------------------------------------------------- one measurement (child)
@@ -80,7 +95,14 @@ def make_embeddings(n: int, m: int, seed: int = 0):
             block = x[a:a + 4096]
             block.normal_(generator=g)
             block.div_(block.norm(dim=1, keepdim=True))
-    return items, texts, torch.arange(m) % n
+    return items, texts, torch.arange(m) * n // m
+
+
+def interleaved(owner):
+    """Text j to item j mod N instead: the same number of texts per item, not grouped."""
+    import torch
+
+    return torch.arange(len(owner), device=owner.device) % (int(owner[-1]) + 1)
 
 
 def run_floor(items, texts, owner):
@@ -100,10 +122,53 @@ def run_floor(items, texts, owner):
                 torch.mm(X, Y.T)
 
 
+def run_chunk(items, texts, owner):
+    import torch
+
+    S = torch.empty(min(CHUNK_TEXTS, len(texts)), len(items), device=items.device, dtype=items.dtype)
+    for a in range(0, len(texts), CHUNK_TEXTS):
+        Y = texts[a:a + CHUNK_TEXTS]
+        torch.mm(Y, items.T, out=S[:len(Y)])
+
+
 def run_engine(items, texts, owner):
     from vlr_plugins.eval import retrieval_recall
 
-    return retrieval_recall(items, texts, owner)
+    return retrieval_recall(items, texts, owner, ks=KS)
+
+
+def run_engine_interleaved(items, texts, owner):
+    return run_engine(items, texts, interleaved(owner))
+
+
+def run_peer(items, texts, owner, batch_size=64):
+    """CLIP_benchmark's retrieval metric, reproduced (not imported) from
+    LAION-AI/CLIP_benchmark clip_benchmark/metrics/zeroshot_retrieval.py (``evaluate``,
+    ``recall_at_k``, ``batchify``): the whole (texts x items) score matrix and its boolean
+    matrix of positive pairs; then, per k and per batch of ``batch_size`` queries (its
+    dataloader's batch size, 64 by default), the top-k indices, one-hot over the gallery
+    (batch, k, G) int64, times the positives, summed; a query is a hit when that is > 0.
+    Returns percent recalls under this engine's names."""
+    import torch
+    import torch.nn.functional as F
+
+    scores = texts @ items.T
+    positive = torch.zeros_like(scores, dtype=torch.bool)
+    positive[torch.arange(len(texts), device=items.device), owner] = True
+
+    def hit_rate(S, P, k):
+        found = []
+        for a in range(0, len(S), batch_size):
+            s, p = S[a:a + batch_size], P[a:a + batch_size]
+            onehot = F.one_hot(torch.topk(s, k, dim=1)[1], num_classes=S.shape[1])
+            found.append(((onehot * p.view(len(p), 1, -1)).sum(dim=(1, 2)) / p.sum(dim=1)).cpu())
+        return 100.0 * (torch.cat(found) > 0).float().mean().item()
+
+    out = {}
+    for k in KS:
+        out[f"t2i_r{k}"] = hit_rate(scores, positive, k)
+        out[f"i2t_r{k}"] = hit_rate(scores.T, positive.T, k)
+    return out
 
 
 def _ranks_by_rows(query, gallery, positive_mask_fn, chunk_bytes=256 * 2**20):
@@ -148,16 +213,21 @@ def run_full(items, texts, owner):
 def child(method: str, n: int, m: int, inner: int) -> None:
     import torch
 
+    if os.environ.get("VLR_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["VLR_BENCH_THREADS"]))
+
     items, texts, owner = make_embeddings(n, m)
     base = _rss_bytes()
     reset = _reset_peak()
     seconds = float("inf")
     for _ in range(inner):
         start = time.perf_counter()
-        globals()[f"run_{method}"](items, texts, owner)
+        result = globals()[f"run_{method}"](items, texts, owner)
         seconds = min(seconds, time.perf_counter() - start)
-    print(json.dumps({"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base),
-                      "threads": torch.get_num_threads()}))
+    record = {"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base), "threads": torch.get_num_threads()}
+    if isinstance(result, dict):
+        record["recall"] = {f"{d}_r{k}": float(result[f"{d}_r{k}"]) for d in ("i2t", "t2i") for k in KS}
+    print(json.dumps(record))
 
 
 # ---------------------------------------------------------------- on a GPU (one process)
@@ -185,10 +255,24 @@ def gpu_floor(items, texts, owner, precision):
                     torch.mm(X, Y.T)
 
 
+def gpu_chunk(items, texts, owner, precision):
+    import torch
+
+    from vlr_plugins.eval._tiles import exact_matmuls
+
+    dtype = getattr(torch, {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[precision])
+    with exact_matmuls():
+        run_chunk(items.to(dtype), texts.to(dtype), owner)
+
+
+def gpu_peer(items, texts, owner, precision):
+    return run_peer(items, texts, owner)
+
+
 def gpu_engine(items, texts, owner, precision):
     from vlr_plugins.eval import retrieval_recall
 
-    return retrieval_recall(items, texts, owner, precision=precision)
+    return retrieval_recall(items, texts, owner, ks=KS, precision=precision)
 
 
 def gpu_rows(items, texts, owner, precision):
@@ -207,7 +291,7 @@ def gpu_table(sizes, repeat: int) -> list[dict]:
     records = []
     for (n, m), extra in sizes:
         items, texts, owner = (x.to(dev) for x in make_embeddings(n, m))
-        plan = [(method, p) for p in PRECISIONS for method in ("floor", "engine")] + [(e, "fp32") for e in extra]
+        plan = [(method, p) for p in PRECISIONS for method in ("floor", "chunk", "engine")] + [(e, "fp32") for e in extra]
         for method, precision in plan:
             run = globals()[f"gpu_{method}"]
             result = run(items, texts, owner, precision)  # warm-up: kernels, cuBLAS handles, allocator
@@ -223,8 +307,8 @@ def gpu_table(sizes, repeat: int) -> list[dict]:
             record = {"items": n, "texts": m, "method": method, "precision": precision, "runs": repeat,
                       "best_s": min(times), "median_s": sorted(times)[len(times) // 2],
                       "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
-            if method == "engine":
-                record["recall"] = {k: float(v) for k, v in result.items()}
+            if method in ("engine", "peer"):
+                record["recall"] = {f"{d}_r{k}": float(result[f"{d}_r{k}"]) for d in ("i2t", "t2i") for k in KS}
             records.append(record)
             print(f"  {method:7s} {precision} {n:>7,} x {m:>7,}: best {record['best_s']:.4f} s, "
                   f"{record['peak_extra_mib']:.1f} MiB extra", file=sys.stderr)
@@ -232,9 +316,10 @@ def gpu_table(sizes, repeat: int) -> list[dict]:
         del items, texts, owner
         torch.cuda.empty_cache()
     for r in records:
-        floor = next(f for f in records if f["method"] == "floor" and f["precision"] == r["precision"]
-                     and (f["items"], f["texts"]) == (r["items"], r["texts"]))
+        floor, chunk = (next(f for f in records if f["method"] == name and f["precision"] == r["precision"]
+                             and (f["items"], f["texts"]) == (r["items"], r["texts"])) for name in ("floor", "chunk"))
         r["time_over_floor"] = r["best_s"] / floor["best_s"]
+        r["over_floor"], r["over_chunk"] = r["median_s"] / floor["median_s"], r["median_s"] / chunk["median_s"]
     return records
 
 
@@ -242,12 +327,14 @@ def print_gpu_table(records: list[dict]) -> None:
     import torch
 
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, D = {D}\n")
-    print("| items x texts | method | precision | runs | best wall time (s) | time / floor (same precision) "
-          "| peak extra GPU memory (MiB) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| items x texts | method | precision | runs | median wall time (s) | best (s) | median / chunk "
+          "| median / floor | peak extra GPU memory (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in records:
         print(f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['precision']} | {r['runs']} | "
-              f"{r['best_s']:.4f} | {r['time_over_floor']:.2f} | {r['peak_extra_mib']:,.1f} |")
+              f"{r['median_s']:.4f} | {r['best_s']:.4f} | {r['over_chunk']:.2f} | {r['over_floor']:.2f} | "
+              f"{r['peak_extra_mib']:,.1f} |")
+    print_peer(records)
 
 
 # ---------------------------------------------------------------- the table (parent)
@@ -264,53 +351,115 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
     return result
 
 
+ALTERNATED = ("floor", "chunk", "engine", "engine_interleaved")
+
+
+def cpu_plan(sizes: list[tuple[int, int]], repeat: int | None, quick: bool) -> list[tuple]:
+    """(size, rounds, methods run once) per size: rows and full at the smallest size, the
+    peer at 10K x 50K."""
+    plan = []
+    for i, (n, m) in enumerate(sizes):
+        once = ("rows", "full") if i == 0 else ()
+        if (n, m) == PEER_SIZE:
+            once += ("peer",)
+        rounds = repeat or (5 if i == 0 else 2 if (n, m) == COCO_TRAIN else 3)
+        plan.append(((n, m), rounds, once))
+    return plan
+
+
+def cpu_table(plan) -> list[dict]:
+    """Medians over rounds of alternated measurements (each round: floor, chunk, engine,
+    engine_interleaved, and in the first round the methods run once)."""
+    import statistics
+
+    records = []
+    for (n, m), rounds, once in plan:
+        runs = {}
+        for round_ in range(rounds):
+            for method in ALTERNATED + (once if round_ == 0 else ()):
+                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED else 1
+                runs.setdefault(method, []).append(measure(method, n, m, inner))
+        median = {method: statistics.median(r["seconds"] for r in results) for method, results in runs.items()}
+        for method, results in runs.items():
+            record = {"items": n, "texts": m, "method": method, "precision": "fp32", "runs": len(results),
+                      "median_s": median[method], "best_s": min(r["seconds"] for r in results),
+                      "over_chunk": median[method] / median["chunk"], "over_floor": median[method] / median["floor"],
+                      "peak_extra_mib": max(r["extra_bytes"] for r in results) / 2**20,
+                      "load": statistics.median(r["load"] for r in results),
+                      "threads": results[0]["threads"]}
+            if "recall" in results[0]:
+                record["recall"] = results[0]["recall"]
+            records.append(record)
+    return records
+
+
+def print_cpu_table(records: list[dict]) -> None:
+    print(f"\n{os.cpu_count()} CPU cores, torch threads {records[0]['threads']}, D = {D}, float32; "
+          "medians over alternated rounds\n")
+    print("| items x texts | method | runs | median wall time (s) | best (s) | median / chunk | median / floor "
+          "| peak extra memory (MiB) | load avg (median) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in records:
+        print(f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['runs']} | {r['median_s']:.2f} | "
+              f"{r['best_s']:.2f} | {r['over_chunk']:.2f} | {r['over_floor']:.2f} | {r['peak_extra_mib']:,.1f} | "
+              f"{r['load']:.1f} |")
+    print_peer(records)
+
+
+def print_peer(records: list[dict]) -> None:
+    """The peer against the engine at the peer's size: same recalls, time and memory ratios."""
+    for peer in (r for r in records if r["method"] == "peer"):
+        engine = next(r for r in records if r["method"] == "engine" and (r["items"], r["texts"]) ==
+                      (peer["items"], peer["texts"]) and r["precision"] == peer["precision"])
+        # the peer's recalls are float32 means: equal within 1e-3 points (one query of 50K is 2e-3)
+        same = all(abs(peer["recall"][k] - engine["recall"][k]) < 1e-3 for k in peer["recall"])
+        print(f"\npeer (CLIP_benchmark recall_at_k) at {peer['items']:,} x {peer['texts']:,}: recalls "
+              f"{'EQUAL to' if same else 'DIFFER from'} the engine's "
+              f"({', '.join(f'{k} {v:.2f}' for k, v in peer['recall'].items())}); "
+              f"time {peer['median_s'] / engine['median_s']:.1f}x the engine's, "
+              f"peak memory {peer['peak_extra_mib'] / max(engine['peak_extra_mib'], 1e-9):.1f}x")
+        peer["same_recall_as_engine"] = same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="1K x 5K and 10K x 50K (a few minutes)")
+    parser.add_argument("--sizes", default="5k,10k,train",
+                        help=f"comma-separated, of {', '.join(SIZES)} (default 5k,10k,train)")
     parser.add_argument("--repeat", type=int, default=None,
-                        help="runs of floor and engine per size, best time kept (default 3; on CPU 2 at train size)")
+                        help="rounds per size (default on CPU 5 at the first size, 3, 2 at train size; GPU 3)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cuda: floor and engine in fp32/fp16/bf16 on the GPU, in this process")
+                        help="cuda: floor, chunk and engine in fp32/fp16/bf16 on the GPU, in this process")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of each CPU measurement (default torch's: one per core); "
+                             "1 is steadier on a machine shared with other jobs")
     parser.add_argument("--json", metavar="PATH", help="also write the measurements here as JSON")
     parser.add_argument("--child", nargs=4, metavar=("METHOD", "N", "M", "INNER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], *map(int, args.child[1:]))
         return
-    small, large = ((1_000, 5_000), (10_000, 50_000)) if args.quick else (COCO_5K, COCO_TRAIN)
+    names = ["1k", "10k"] if args.quick else args.sizes.split(",")
+    unknown = [name for name in names if name not in SIZES]
+    if unknown:
+        sys.exit(f"retrieval_recall.py: --sizes {args.sizes}: unknown {unknown}, expected some of {list(SIZES)}")
+    sizes = [SIZES[name] for name in names]
     if args.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             sys.exit(f"retrieval_recall.py: --device cuda, but torch {torch.__version__} sees no CUDA device")
-        records = gpu_table([(small, ("rows", "full")), (large, ())], args.repeat or 3)
+        records = gpu_table([(size, ("rows", "full") if i == 0 else ("peer",) if size == PEER_SIZE else ())
+                             for i, size in enumerate(sizes)], args.repeat or 3)
         print_gpu_table(records)
         if args.json:
             write_json(args.json, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                    "cuda": torch.version.cuda, "dim": D, "records": records})
         return
-    plan = [(small, args.repeat or 3, ("rows", "full")), (large, args.repeat or (3 if args.quick else 2), ())]
-    rows, records = [], []
-    for (n, m), repeat, once in plan:
-        runs = {}
-        for round_ in range(repeat):  # floor and engine alternate, so that load hits both alike
-            for method in ("floor", "engine") + (once if round_ == 0 else ()):
-                inner = 5 if (n, m) == small and method in ("floor", "engine") else 1
-                runs.setdefault(method, []).append(measure(method, n, m, inner))
-        floor = min(r["seconds"] for r in runs["floor"])
-        for method, results in runs.items():
-            best = min(results, key=lambda r: r["seconds"])
-            memory = max(r["extra_bytes"] for r in results)
-            rows.append(f"| {n:,} x {m:,} | {method} | {len(results)} | {best['seconds']:.2f} | "
-                        f"{best['seconds'] / floor:.2f} | {memory / 2**20:,.1f} | {best['load']:.1f} |")
-            records.append({"items": n, "texts": m, "method": method, "precision": "fp32", "runs": len(results),
-                            "best_s": best["seconds"], "time_over_floor": best["seconds"] / floor,
-                            "peak_extra_mib": memory / 2**20, "load": best["load"]})
-    print(f"\n{os.cpu_count()} CPU cores, torch threads {runs['floor'][0]['threads']}, D = {D}, float32\n")
-    print("| items x texts | method | runs | best wall time (s) | time / floor | peak extra memory (MiB) "
-          "| load avg (best run) |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    if args.threads:
+        os.environ["VLR_BENCH_THREADS"] = str(args.threads)
+    records = cpu_table(cpu_plan(sizes, args.repeat, args.quick))
+    print_cpu_table(records)
     if args.json:
         write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "dim": D, "records": records})
 

@@ -165,12 +165,15 @@ def test_peak_memory_stays_within_the_documented_bound():
     bound = budget + 2 * 4 * dim * (rows + cols) + 100 * (n + m)
     calls = {
         "fp32": lambda: retrieval_recall(items, texts, owner, max_chunk_bytes=budget),
+        "fp32, texts grouped by item": lambda: retrieval_recall(items, texts[grouped], owner[grouped],
+                                                                max_chunk_bytes=budget),
         "fp32 from float16": lambda: retrieval_recall(items16, texts16, owner, max_chunk_bytes=budget),
         "fp16": lambda: retrieval_recall(items, texts, owner, max_chunk_bytes=budget, precision="fp16"),
         "rerank": lambda: retrieval_recall(items, texts, owner, max_chunk_bytes=budget, rerank_k=16,
                                            rerank_batch=n, rerank=lambda q, c, d: torch.zeros(c.shape)),
     }
     items16, texts16 = items.half(), texts.half()  # converted before measuring
+    grouped = torch.argsort(owner, stable=True)
 
     peaks = {name: peak_allocated_bytes(call) for name, call in calls.items()}
 

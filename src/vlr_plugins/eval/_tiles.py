@@ -28,15 +28,22 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     on CPU also at most 8 MiB per thread (``threads``, default ``torch.get_num_threads()``),
     so that each thread's share of the element-wise passes stays in cache while their fixed
     costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
-    tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
-    if torch.device(device).type == "cpu":
-        tile_elems = min(tile_elems, _CPU_TILE_ELEMS_PER_THREAD * (threads or torch.get_num_threads()))
+    tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
     else:  # as wide as 8 rows, then evened out so that the last tile is not mostly padding
         tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // 8), n_items)))
     tile_texts = max(1, min(n_texts, tile_elems // tile_items))
     return tile_items, _even_split(n_texts, tile_texts)
+
+
+def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None) -> int:
+    """Score elements one tile may hold: a tile and its work buffer within ``max_chunk_bytes``,
+    and on CPU at most 8 MiB per thread (``threads``, default ``torch.get_num_threads()``)."""
+    tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
+    if torch.device(device).type == "cpu":
+        tile_elems = min(tile_elems, _CPU_TILE_ELEMS_PER_THREAD * (threads or torch.get_num_threads()))
+    return tile_elems
 
 
 def _even_split(total: int, most: int) -> int:

@@ -1,8 +1,10 @@
 """Exact recall@k for retrieval with any number of texts per item, in bounded memory.
 
 The full (items x texts) score matrix never exists: it is visited tile by tile, each tile
-once, and each tile updates both directions (``exact_ranks``), so memory beyond the
-embeddings is one tile whatever N and M are, and the work is one product per pair.
+once, and each tile updates both directions, so memory beyond the embeddings is one tile
+whatever N and M are. When the texts are listed grouped by item (every benchmark file),
+each pair is scored exactly once (``grouped_ranks``); otherwise a first, small pass scores
+the positive pairs before the main one (``exact_ranks``).
 Half-precision tiles are settled in float32 where it matters (``reduced_precision``);
 re-ranking scores whole rows (``row_ranks``). ``_tiles`` holds what they share.
 
@@ -19,6 +21,7 @@ import torch
 
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import exact_ranks
+from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -111,7 +114,8 @@ def retrieval_recall(
                               rerank_batch)
                     for direction, count in (("i2t", matrix.n_items), ("t2i", matrix.n_texts)))
     elif precision == "fp32":
-        i2t, t2i = exact_ranks(matrix)
+        bounds = diagonal_blocks(matrix)
+        i2t, t2i = exact_ranks(matrix) if bounds is None else grouped_ranks(matrix, bounds)
     else:
         i2t, t2i = bracketed_ranks(matrix, _PRECISIONS[precision], max(ks))
     out: dict = {}

@@ -1,0 +1,151 @@
+"""Exact ranks in one pass that scores every pair once, when texts are listed grouped by item.
+
+Every benchmark file lists an item's texts together and in item order (COCO and Flickr30K
+Karpathy splits, CLIP_benchmark's loader, LAVIS' ``txt2img``): ``text_owner`` never
+decreases. Then the items split into consecutive blocks and the texts into the matching
+blocks (block b's texts are those its items own), and every positive pair lies in a
+diagonal tile (block b's items x block b's texts). So:
+
+1. each diagonal tile is scored and gives, from itself alone, every positive score of its
+   texts and the best positive of its items, and is counted in both directions at once;
+2. every other tile is scored and counted with those thresholds. In tile (r, c) with
+   r < c every item comes before the owners of the texts and every text after the items'
+   best texts; with r > c the reverse. So one comparison per direction and tile keeps the
+   tie rule (lower index ahead): ``>=`` where the candidates come first, ``>`` after.
+
+Each pair is scored once, so no pair can get two different float32 values and nothing is
+computed twice: the work is the bare multiply plus two comparisons per score. A query
+with an exact tie inside its diagonal tile is recomputed whole
+(:func:`~vlr_plugins.eval.row_ranks.row_ranks`), as in
+:func:`~vlr_plugins.eval.exact_ranks.exact_ranks`, which handles any other text order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from itertools import pairwise
+
+import torch
+
+from vlr_plugins.eval._tiles import (
+    ScoreMatrix,
+    count_above,
+    count_accumulators,
+    exact_matmuls,
+    tile_budget,
+)
+from vlr_plugins.eval.row_ranks import row_ranks
+
+_INF = float("inf")
+#: the texts of a tile are padded with zero rows to a multiple of this: MKL's float32 GEMM
+#: runs ~1.5x slower when the output's row length is not (2,285 against 2,288 columns)
+TEXT_ALIGN = 16
+
+
+def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
+    """Item boundaries [0, b_1, ..., N] of the diagonal tiles (block k holds items
+    b_k..b_{k+1} - 1 and their texts), or None when the texts are not grouped by item in
+    item order, or when one item has more texts than a tile holds.
+
+    A tile holds as many scores as a :func:`~vlr_plugins.eval._tiles.tile_shape` tile;
+    blocks take ``matrix.chunk_size`` items (default: the tile's area over the mean number
+    of texts per item, square root), fewer where their texts, padded to a multiple of
+    :data:`TEXT_ALIGN`, would not fit.
+    """
+    owner, n_items, n_texts = matrix.owner, matrix.n_items, matrix.n_texts
+    if n_texts > 1 and bool((owner[1:] < owner[:-1]).any()):
+        return None
+    budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
+    rows = matrix.chunk_size or max(1, math.isqrt(budget * n_items // n_texts))
+    rows = min(rows, n_items, budget)
+    cols = _aligned_down(budget // rows)
+    first_text = matrix.first_text.tolist()
+    if max(b - a for a, b in pairwise(first_text)) > cols:
+        return None
+    bounds = [0]
+    while bounds[-1] < n_items:
+        start = bounds[-1]
+        fitting = bisect.bisect_right(first_text, first_text[start] + cols, start, n_items + 1) - 1
+        bounds.append(min(start + rows, fitting))
+    return bounds
+
+
+def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) 0-based rank of every item's best text and (M,) of every text's owner, over the
+    diagonal blocks ``bounds`` (from :func:`diagonal_blocks`); ties as in
+    :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`."""
+    device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
+    text_bounds = matrix.first_text[bounds].tolist()
+    items = list(pairwise(bounds))
+    texts = list(pairwise(text_bounds))
+    rows = max(b - a for a, b in items)
+    cols = _aligned_up(max(b - a for a, b in texts))
+    item_rows = torch.empty(rows, matrix.dim, device=device)
+    text_rows = torch.empty(cols, matrix.dim, device=device)
+    buffers = torch.empty(2, rows * cols, device=device)
+    ones = torch.ones(max(rows, cols), device=device)
+    ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
+    positive_score = torch.empty(n_texts, device=device)
+    best_score = torch.empty(n_items, device=device)
+    redo_items = torch.zeros(n_items, dtype=torch.bool, device=device)
+    redo_texts = torch.zeros(n_texts, dtype=torch.bool, device=device)
+
+    def load_texts(t0: int, t1: int) -> None:  # zero rows up to the aligned width
+        matrix.texts.load(slice(t0, t1), text_rows[:_aligned_up(t1 - t0)])
+
+    def score(item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tile's scores and its work buffer, (items, texts) views of (items, aligned) blocks."""
+        (a0, a1), (t0, t1) = item_block, text_block
+        matrix.items.load(slice(a0, a1), item_rows[:a1 - a0])
+        shape = (a1 - a0, _aligned_up(t1 - t0))
+        scores, work = (b[:shape[0] * shape[1]].view(shape) for b in buffers)
+        torch.mm(item_rows[:a1 - a0], text_rows[:shape[1]].T, out=scores)
+        return scores[:, :t1 - t0], work[:, :t1 - t0]
+
+    with exact_matmuls():
+        for (a0, a1), (t0, t1) in zip(items, texts):  # the diagonal tiles: thresholds, ties, counts
+            load_texts(t0, t1)
+            scores, work = score((a0, a1), (t0, t1))
+            local_owner = matrix.owner[t0:t1] - a0
+            positive = scores[local_owner, matrix.arange(t1 - t0)]
+            best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(0, local_owner, positive, "amax")
+            positive_score[t0:t1], best_score[a0:a1] = positive, best
+            ties = torch.zeros(t1 - t0, device=device)
+            count_above(scores, positive, work, 0, ties, ones, compare=torch.eq)
+            redo_texts[t0:t1] = ties > 1
+            ties = torch.zeros(a1 - a0, device=device)
+            count_above(scores, best[:, None], work, 1, ties, ones, compare=torch.eq)
+            redo_items[a0:a1] = ties > 1
+            count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
+            count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
+        # ">= x" is "> the next float below x"
+        down = torch.tensor(-_INF, device=device)
+        positive_down, best_down = torch.nextafter(positive_score, down), torch.nextafter(best_score, down)
+        for c, (t0, t1) in enumerate(texts):
+            load_texts(t0, t1)
+            for r, (a0, a1) in enumerate(items):
+                if r == c:
+                    continue
+                scores, work = score((a0, a1), (t0, t1))
+                # r < c: these items come before the texts' owners, these texts after the items' best
+                text_threshold = (positive_down if r < c else positive_score)[t0:t1]
+                item_threshold = (best_score if r < c else best_down)[a0:a1, None]
+                count_above(scores, text_threshold, work, 0, ahead_of_texts[t0:t1], ones)
+                count_above(scores, item_threshold, work, 1, ahead_of_items[a0:a1], ones)
+        ranks = (ahead_of_items.long(), ahead_of_texts.long())
+        for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
+            if redo.any():
+                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
+    return ranks
+
+
+def _aligned_up(k: int) -> int:
+    """k rounded up to a multiple of :data:`TEXT_ALIGN`, when that many exist below it."""
+    return -(-k // TEXT_ALIGN) * TEXT_ALIGN if k >= TEXT_ALIGN else k
+
+
+def _aligned_down(k: int) -> int:
+    """The most texts a tile of ``k`` columns takes once padded: k rounded down to a
+    multiple of :data:`TEXT_ALIGN` (k itself below it)."""
+    return k - k % TEXT_ALIGN if k >= TEXT_ALIGN else k
