@@ -43,3 +43,16 @@ def tiny_sets(world: dict[str, str], *, dual_cls: bool = True, frames: int = 4, 
         "{name: detailed, field: [D1*, D2*, P1, P2], take: random, count: 1, max_tokens: 64}]",
         f"train.batch_size={batch_size}", f"train.epochs={epochs}", "train.num_workers=0", "train.log_interval=1",
     ]
+
+
+@functools.lru_cache(maxsize=1)
+def mvc_run() -> Path:
+    """The work dir of one ``vlr train mvc/mvc_b`` run on the tiny world, once per session:
+    one epoch of 8 clips in batches of 4 (2 steps), ``epoch_1.pth`` in it."""
+    from vlr_plugins.cli import main
+
+    world = mvc_world()
+    work = Path(tempfile.mkdtemp(prefix="vlr-mvc-run-")) / "run"
+    code = main(["train", "mvc/mvc_b", "--train", world["train"], "--work-dir", str(work), "--set", *tiny_sets(world)])
+    assert code == 0, f"vlr train mvc/mvc_b exited {code}"
+    return work

@@ -115,3 +115,16 @@ def test_stage_one_checkpoint_that_does_not_fit_is_refused(world, tmp_path):
     corpus.write_text("".join(json.dumps(r) + "\n" for r in _good(world)), encoding="utf-8")
     argv, work = _run(tmp_path, world, corpus, [f"video.checkpoint={ckpt}"])
     assert_refused(argv, str(ckpt), "does not fit", "patch_embed.weight", leaves=[work])
+
+
+@pytest.mark.parametrize("case", ["not there", "no video tower"])
+def test_precompute_with_a_checkpoint_that_trained_no_video_tower_is_refused(case, world, tmp_path):
+    import torch
+
+    ckpt = tmp_path / "epoch_1.pth"
+    if case == "no video tower":  # what a paragraph recipe's run writes: a text encoder only
+        torch.save({"meta": {"vlr_text_encoder": {"type": "BlipTextEncoder"}}, "state_dict": {}}, ckpt)
+    words = ["no checkpoint at"] if case == "not there" else ["records no video tower", "data.schema: mvc"]
+    assert_refused(["precompute", "--videos", world["eval_videos"], "--encoder", f"vlr:{ckpt}",
+                    "--out", str(tmp_path / "store"), "--frames", "4", "--workers", "0"],
+                   "--encoder", str(ckpt), *words, leaves=[tmp_path / "store"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _mvc_world import EMBED_DIM, mvc_world, tiny_sets
+from _mvc_world import EMBED_DIM, mvc_run, mvc_world, tiny_sets
 
 pytest.importorskip("mmengine")
 pytest.importorskip("av")
@@ -31,12 +31,9 @@ def world():
 
 
 @pytest.fixture(scope="module")
-def trained(world, tmp_path_factory):
+def trained(world):
     """``vlr train mvc/mvc_b`` for one epoch (8 clips, batch 4: 2 steps)."""
-    work = tmp_path_factory.mktemp("mvc_run") / "run"
-    code = main(["train", "mvc/mvc_b", "--train", world["train"], "--work-dir", str(work), "--set", *tiny_sets(world)])
-    assert code == 0
-    return work
+    return mvc_run()
 
 
 def _scalars(work: Path, latest: bool = False) -> list[dict]:
