@@ -101,7 +101,8 @@ class _MVCRecord(_Record):
             raise self.error(key, f"expected seconds, a number >= 0 (or null), found {json.dumps(value)}")
         return float(value)
 
-    def sample(self, media_key: str | None = "video", media_root: Path | None = None) -> MVCSample:  # type: ignore[override]
+    def sample(self, media_key: str | None = "video",  # type: ignore[override]
+               media_root: Path | None = None) -> MVCSample:
         self.known_keys()
         sample_id = self.id()
         if "video" not in self.raw or self.raw["video"] is None:

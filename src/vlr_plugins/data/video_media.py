@@ -62,7 +62,8 @@ class VideoClips:
         nameless = [s.id for s in samples if not getattr(s, "video", None)]
         if nameless:
             shown = ", ".join(repr(i) for i in nameless[:_SHOWN])
-            raise ValueError(f"{len(nameless)} sample(s) name no video: {shown}{' ...' if len(nameless) > _SHOWN else ''}")
+            more = " ..." if len(nameless) > _SHOWN else ""
+            raise ValueError(f"{len(nameless)} sample(s) name no video: {shown}{more}")
         if not self.check_files:
             return
         missing = [s for s in samples if not os.path.isfile(s.video)]

@@ -1,7 +1,8 @@
 """MMEngine integration: registries of the ``vlr_plugins`` scope, filled from the core.
 
 Importing this module registers the models (text-only retrieval, MVC video-text
-pretraining, CaRe's MLLM), datasets, collate functions, metric and checkpoint hook; configs reach it with ``custom_imports`` and ``default_scope='vlr_plugins'``.
+pretraining, CaRe's MLLM), datasets, collate functions, metric and checkpoint hook; configs
+reach it with ``custom_imports`` and ``default_scope='vlr_plugins'``.
 """
 
 from vlr_plugins.integrations.mmengine import dataset, hooks, metric, model  # noqa: F401

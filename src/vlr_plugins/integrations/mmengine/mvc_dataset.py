@@ -78,8 +78,8 @@ class MVCVideoTextDataset(TextViewsDataset):
         self.ann_file, self.tokenizer_path = ann_file, tokenizer
         transform = video_transform(True, image_size, mean, std, scale=tuple(crop_scale))
         clips = VideoClips(frames, sampler, transform, backend=backend, check_files=check_files)
-        super().__init__(read_mvc_samples(ann_file, video_root=video_root), text_views, clips, transform=_MVCTrainItem(tokenizer, views), source=ann_file,
-                         fraction=fraction, seed=seed)
+        super().__init__(read_mvc_samples(ann_file, video_root=video_root), text_views, clips,
+                         transform=_MVCTrainItem(tokenizer, views), source=ann_file, fraction=fraction, seed=seed)
 
 
 @FUNCTIONS.register_module()
