@@ -8,12 +8,21 @@ a 2-layer 32-wide dual-CLS BERT on it, 4 frames a clip, in a few seconds a step 
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
 #: the tiny towers' joint embedding width
 EMBED_DIM = 16
+
+
+def _session_dir(prefix: str) -> Path:
+    """A temporary folder removed when the test session's process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @functools.lru_cache(maxsize=1)
@@ -23,7 +32,7 @@ def mvc_world() -> dict[str, str]:
     from vlr_plugins.data.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
 
     world = SyntheticVideoWorld(SyntheticVideoWorldConfig(seed=3, num_train=8, num_eval=4))
-    paths = world.write(Path(tempfile.mkdtemp(prefix="vlr-mvc-world-")))
+    paths = world.write(_session_dir("vlr-mvc-world-"))
     return {**{k: str(v) for k, v in paths.items()}, "vocab": str(len(world.tokenizer()))}
 
 
@@ -52,7 +61,7 @@ def mvc_run() -> Path:
     from vlr_plugins.cli import main
 
     world = mvc_world()
-    work = Path(tempfile.mkdtemp(prefix="vlr-mvc-run-")) / "run"
+    work = _session_dir("vlr-mvc-run-") / "run"
     code = main(["train", "mvc/mvc_b", "--train", world["train"], "--work-dir", str(work), "--set", *tiny_sets(world)])
     assert code == 0, f"vlr train mvc/mvc_b exited {code}"
     return work
