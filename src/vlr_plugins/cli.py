@@ -572,12 +572,36 @@ def cmd_push(args: argparse.Namespace) -> int:
     return push(args)
 
 
+def _demo_mvc(args: argparse.Namespace) -> int:
+    """``vlr demo mvc``: Baseline-B and MVC-B on the synthetic video world (demo_mvc.py)."""
+    from vlr_plugins.demo_mvc import MVCDemoConfig, run_mvc_demo
+    from vlr_plugins.integrations.mmengine.preflight import check_output_folder
+
+    if args.recipes:
+        raise UsageError("--recipes", "vlr demo mvc trains mvc/baseline_b and mvc/mvc_b; --recipes picks "
+                                      "paragraph recipes for the paragraph demo (vlr demo)")
+    out = args.out or "vlr-demo-mvc"
+    check_output_folder(out, "--out")
+    cfg = MVCDemoConfig(out_dir=out, seed=args.seed)
+    if args.quick:
+        cfg.num_train, cfg.num_eval, cfg.epochs, cfg.batch_size, cfg.width, cfg.depth = 32, 8, 1, 8, 32, 1
+    if args.epochs:
+        cfg.epochs = args.epochs
+    report = run_mvc_demo(cfg)
+    print(report["table"])
+    print(f"report: {out}/report.md, {out}/report.json" + (f", {report['plot']}" if report["plot"] else ""))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.which == "mvc":
+        return _demo_mvc(args)
     from vlr_plugins.demo import DemoConfig, run_demo
     from vlr_plugins.integrations.mmengine.preflight import check_output_folder
     from vlr_plugins.recipe import RecipeError, load_recipe
     from vlr_plugins.registry import MODELS
 
+    args.out = args.out or "vlr-demo"
     check_output_folder(args.out, "--out")
     cfg = DemoConfig(out_dir=args.out, seed=args.seed)
     if args.recipes:
@@ -813,8 +837,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     s.set_defaults(fn=cmd_push)
 
-    s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world, offline, on a CPU")
-    s.add_argument("--out", default="vlr-demo")
+    s = sub.add_parser("demo", help="run C1/C5/C7 on a synthetic world (vlr demo mvc: Baseline-B and MVC-B on "
+                                    "synthetic videos), offline, on a CPU")
+    s.add_argument("which", nargs="?", choices=["mvc"],
+                   help="mvc: multi-view-captions pretraining on a synthetic video world (default: paragraph demo)")
+    s.add_argument("--out", help="output folder (default vlr-demo, or vlr-demo-mvc)")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
     s.add_argument("--epochs", type=_at_least(1))
     s.add_argument("--seed", type=_at_least(0), default=0)

@@ -1,6 +1,7 @@
-"""Training data: samples with their texts, text views, media sources (stored embeddings,
-image files), embedding stores and their precompute (images and videos), video frames
-(sampling, decoding, transforms) and the one text-views dataset every trainer adapts.
+"""Training data: samples with their texts (paragraph supervision, multi-view captions), text
+views, media sources (stored embeddings, image files, video clips), embedding stores and
+their precompute (images and videos), video frames (sampling, decoding, transforms) and the
+one text-views dataset every trainer adapts.
 
 Importing this package needs only torch and the standard library; safetensors,
 pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are imported by the
@@ -36,6 +37,16 @@ from vlr_plugins.data.resumable_store import (
     work_dir_of,
 )
 from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
+from vlr_plugins.data.mvc_samples import (
+    MVC_DETAILED_FIELDS,
+    MVC_SAMPLE_SUFFIXES,
+    MVC_SUMMARY_FIELDS,
+    MVC_TEXT_FIELDS,
+    MVCSample,
+    mvc_sample_from_record,
+    read_mvc_samples,
+    write_mvc_samples,
+)
 from vlr_plugins.data.nli import NLI_COLUMNS, NLITriplet, read_nli_triplets
 from vlr_plugins.data.video_captions import VIDEO_CAPTION_FIELDS, VideoCaption, read_video_captions
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
@@ -47,6 +58,7 @@ from vlr_plugins.data.sample import (
     sample_from_record,
     write_paragraph_samples,
 )
+from vlr_plugins.data.schemas import SAMPLE_SCHEMAS, text_fields
 from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
 from vlr_plugins.data.text_views import (
     DrawnText,
@@ -56,6 +68,7 @@ from vlr_plugins.data.text_views import (
     draw_texts,
 )
 from vlr_plugins.data.video_encoders import load_video_encoder
+from vlr_plugins.data.video_media import CLIP_SAMPLERS, VideoClips
 from vlr_plugins.data.video_sources import VIDEO_SUFFIXES, VideoItem, benchmark_videos, list_videos
 from vlr_plugins.data.video import (
     CLIP_MEAN,
@@ -82,6 +95,16 @@ __all__ = [
     "read_paragraph_samples",
     "sample_from_record",
     "write_paragraph_samples",
+    "MVCSample",
+    "MVC_TEXT_FIELDS",
+    "MVC_SUMMARY_FIELDS",
+    "MVC_DETAILED_FIELDS",
+    "MVC_SAMPLE_SUFFIXES",
+    "read_mvc_samples",
+    "mvc_sample_from_record",
+    "write_mvc_samples",
+    "SAMPLE_SCHEMAS",
+    "text_fields",
     "TextView",
     "TextViews",
     "TextViewsDataset",
@@ -92,6 +115,8 @@ __all__ = [
     "MediaSource",
     "StoredEmbeddings",
     "ImageFiles",
+    "VideoClips",
+    "CLIP_SAMPLERS",
     "EmbeddingStore",
     "EmbeddingStoreWriter",
     "check_store_target",

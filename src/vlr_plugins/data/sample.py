@@ -87,7 +87,12 @@ class ParagraphSample:
 
 
 class _Record:
-    """Validates the fields of one raw record, raising errors that point at it."""
+    """Validates the fields of one raw record, raising errors that point at it.
+
+    ``needs`` says what every record of the corpus must hold (for "missing" messages);
+    other sample schemas (:mod:`vlr_plugins.data.mvc_samples`) subclass it with their own."""
+
+    needs = "every record needs an id and a caption"
 
     def __init__(self, raw: dict[str, Any], path: str | os.PathLike[str], record: int | None, kind: str):
         self.raw, self.path, self.record, self.kind = raw, path, record, kind
@@ -100,7 +105,7 @@ class _Record:
     def id(self) -> str:
         value = self.raw.get("id")
         if "id" not in self.raw or value is None:
-            raise self.error("id", "missing; every record needs an id and a caption")
+            raise self.error("id", f"missing; {self.needs}")
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise self.error("id", f"expected a string or an integer, found {_type_name(value)}")
         if isinstance(value, str) and not value.strip():
@@ -111,7 +116,7 @@ class _Record:
         value = self.raw.get(field)
         if value is None:
             if required:
-                raise self.error(field, "missing; every record needs an id and a caption")
+                raise self.error(field, f"missing; {self.needs}")
             return None
         if not isinstance(value, str):
             expected = "a string" if required else "a string or null"

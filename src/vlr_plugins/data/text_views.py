@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.data.sample import TEXT_FIELDS
+from vlr_plugins.data.schemas import FIELD_KINDS
 
 __all__ = [
     "TextSample",
@@ -112,7 +112,7 @@ def _bound(views: tuple[TextView, ...]) -> int | None:
     for v in views:
         if v.take != "all":
             total += v.count or 0
-        elif all(TEXT_FIELDS.get(f) == "one" for f in v.fields):
+        elif all(FIELD_KINDS.get(f) == "one" for f in v.fields):
             total += len(v.fields)
         else:
             return None

@@ -24,6 +24,8 @@ __all__ = ["load_video_encoder"]
 
 _TOWER_TYPES = ("FramePooledVideoEncoder", "SpaceTimeViT")
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+#: ``vlr:CHECKPOINT``: the video tower a ``vlr train`` run trained
+_TRAINED_PREFIX = "vlr:"
 _SHOWN = 5  # pretrained tags named in a message
 
 
@@ -126,6 +128,35 @@ def _configured_encoder(path: Path, what: str, setting: str) -> Any:
     return model
 
 
+def _trained_encoder(checkpoint: str, what: str) -> Any:
+    """The video tower of a ``vlr train`` checkpoint (``meta['vlr_video_encoder']`` + the
+    ``video_encoder.`` weights)."""
+    from vlr_plugins.checkpoint_meta import load_weights_only
+    from vlr_plugins.registry import MODELS
+
+    if not checkpoint:
+        raise _tower_error(what, "expected vlr:CHECKPOINT, the .pth file of a vlr train run that trained a video tower")
+    if not os.path.isfile(checkpoint):
+        raise MissingFileError(f"{what}: no checkpoint at {checkpoint}")
+    ckpt = load_weights_only(checkpoint)
+    meta = ckpt.get("meta") if isinstance(ckpt, dict) else None
+    cfg = meta.get("vlr_video_encoder") if isinstance(meta, dict) else None
+    if not isinstance(cfg, dict) or cfg.get("type") not in _TOWER_TYPES:
+        raise _tower_error(what, f"{checkpoint} records no video tower (meta['vlr_video_encoder']): only a vlr train "
+                                 "run of a video-text recipe (data.schema: mvc) trains one")
+    state = ckpt.get("state_dict", {})
+    prefix = "video_encoder."
+    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    args = {k: v for k, v in cfg.items() if k != "type"}
+    with _quiet_root_log():
+        model = MODELS.get(cfg["type"])(**args)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise _tower_error(what, f"{checkpoint}: its {prefix}* weights do not fit the recorded {cfg['type']} "
+                                 f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    return model
+
+
 def _imported_encoder(spec: str, what: str) -> Any:
     import importlib
 
@@ -202,6 +233,10 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
       ``native`` for a frame-pooled tower, ``auto`` for a space-time ViT). A tower without a
       checkpoint is initialised from seed 0, so that every run (and a resumed one) builds the
       same weights.
+    - ``"vlr:CHECKPOINT"``: the video tower a ``vlr train`` run trained with its text encoder
+      (an MVC recipe): rebuilt from the architecture the checkpoint records
+      (``meta['vlr_video_encoder']``) and its ``video_encoder.`` weights; the file is read
+      with ``torch.load(weights_only=True)``.
     - ``"module.sub:attr"``: imports ``module.sub`` (the current folder first, as ``python -m``
       does) and takes ``attr``: a tower itself, or a class or function called without
       arguments that returns one.
@@ -222,6 +257,8 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
     what = f"{setting} {spec!r}"
     if spec.startswith("open_clip:"):
         tower = _open_clip_encoder(spec[len("open_clip:"):], what, setting)
+    elif spec.startswith(_TRAINED_PREFIX):
+        tower = _trained_encoder(spec[len(_TRAINED_PREFIX):], what)
     elif Path(spec).suffix.lower() in _CONFIG_SUFFIXES:
         tower = _configured_encoder(Path(spec), what, setting)
     else:

@@ -15,6 +15,8 @@ and the dotted key (``RecipeError``).
 * :mod:`~vlr_plugins.recipe.overrides` -- values given outside the file (``--set``), and
   where every value came from, so that errors blame the place a user can fix;
 * :mod:`~vlr_plugins.recipe.validation` -- the checks of keys, views and values;
+* :mod:`~vlr_plugins.recipe.video_text` -- what a video-text (``data.schema: mvc``) recipe
+  must hold, and what the others may not;
 * :mod:`~vlr_plugins.recipe.arguments` -- the loss and model arguments against their
   constructors, including :func:`check_loss_against_views`, which the trainers' own
   config formats reuse;
@@ -25,7 +27,7 @@ from vlr_plugins.recipe.arguments import check_loss_against_views
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.loading import find_recipe, list_recipes, load_recipe, recipe_dirs
 from vlr_plugins.recipe.overrides import Overrides, ValueSources
-from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
+from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec, VideoSpec
 from vlr_plugins.recipe.validation import build_text_views, recipe_from_dict
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "TextView",
     "TextViews",
     "DataSpec",
+    "VideoSpec",
     "EvalSplit",
     "TrainSpec",
     "Recipe",

@@ -1,7 +1,9 @@
-"""What a recipe holds: text views, data, optimisation, evaluation splits (dataclasses).
+"""What a recipe holds: text views, data, video, optimisation, evaluation splits (dataclasses).
 
 The text views are the data layer's (:mod:`vlr_plugins.data.text_views`): a recipe only
-names them.
+names them. ``data.schema`` says which training samples the views read: ``paragraph``
+(images, the paragraph-supervision paper) or ``mvc`` (videos with multi-view captions,
+whose recipes add a ``video`` section: the video tower and how clips are read).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from vlr_plugins.data.text_views import TextView, TextViews
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.overrides import ValueSources
 
-__all__ = ["TextView", "TextViews", "DataSpec", "EvalSplit", "TrainSpec", "Recipe"]
+__all__ = ["TextView", "TextViews", "DataSpec", "VideoSpec", "EvalSplit", "TrainSpec", "Recipe"]
 
 
 @dataclass(frozen=True)
 class DataSpec:
     """Where training samples and the precomputed image embeddings live.
 
+    ``schema``: the samples' kind, ``paragraph`` (:func:`~vlr_plugins.data.read_paragraph_samples`,
+    against ``image_embeddings``) or ``mvc`` (:func:`~vlr_plugins.data.read_mvc_samples`: videos
+    whose relative paths are taken from ``video_root``, default the samples file's folder).
     ``fraction`` < 1 keeps a seeded random subset of the samples (the data-efficiency
     ablation); ``seed`` makes the subset and the per-step view draws reproducible.
     """
@@ -29,6 +34,39 @@ class DataSpec:
     image_embeddings: str | None = None
     fraction: float = 1.0
     seed: int = 0
+    schema: Literal["paragraph", "mvc"] = "paragraph"
+    video_root: str | None = None
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    """The video side of an ``mvc`` recipe: the tower that trains and how its clips are read.
+
+    ``encoder``: a registered video tower config (``type: SpaceTimeViT`` and its arguments;
+    ``num_frames`` / ``image_size`` follow ``frames`` / ``image_size``). ``checkpoint``: the
+    weights it starts from (MVC: SMILE's, Stage I), in ``checkpoint_layout``; the heads the
+    checkpoint lacks (``pool_norm``, ``proj``) start fresh. ``'???'`` marks a path the run must
+    give (``--set video.checkpoint=PATH``; ``null``: random weights).
+
+    Clips: ``frames`` frames per video picked by ``sampler`` (``rand``: one random frame in
+    each of N segments, UMT's training rule), randomly resized and cropped to ``image_size``
+    (area ``crop_scale``) and flipped, normalised with ``mean`` / ``std`` (``null``: the
+    tower's own). ``backend``: the decoder. ``check_files``: every video file is looked for
+    before the first step. ``trainable: false`` freezes the tower (no gradient through it).
+    """
+
+    encoder: dict[str, Any] | None = None
+    checkpoint: str | None = None
+    checkpoint_layout: Literal["auto", "videomae", "umt", "smile", "native"] = "auto"
+    frames: int = 16
+    sampler: Literal["rand", "middle", "uniform"] = "rand"
+    image_size: int = 224
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_scale: tuple[float, float] = (0.5, 1.0)
+    backend: Literal["pyav", "torchcodec"] = "pyav"
+    check_files: bool = True
+    trainable: bool = True
 
 
 @dataclass(frozen=True)
@@ -43,7 +81,13 @@ class EvalSplit:
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """Optimisation hyperparameters (the paper's: AdamW 1e-5, batch 256, 500 warm-up, 10 epochs)."""
+    """Optimisation hyperparameters (the paper's: AdamW 1e-5, batch 256, 500 warm-up, 10 epochs).
+
+    ``mvc`` recipes also read ``warmup_epochs`` (a warm-up in epochs instead of
+    ``warmup_steps``; MVC: one), ``amp_dtype`` (``float16`` or ``bfloat16`` under
+    ``amp: true``) and ``grad_checkpointing`` (recompute the towers' blocks in the backward
+    pass: the video tower's and the text layers').
+    """
 
     batch_size: int = 256
     epochs: int = 10
@@ -62,6 +106,9 @@ class TrainSpec:
     max_keep_checkpoints: int = 3
     log_interval: int = 10
     drop_last: bool = True
+    warmup_epochs: int = 0
+    amp_dtype: Literal["float16", "bfloat16"] = "float16"
+    grad_checkpointing: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +126,7 @@ class Recipe:
     data: DataSpec = field(default_factory=DataSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     eval: tuple[EvalSplit, ...] = ()
+    video: VideoSpec | None = None
     source: str | None = None
     sources: ValueSources | None = field(default=None, compare=False, repr=False)
 

@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.data.sample import TEXT_FIELDS
+from vlr_plugins.data.schemas import SAMPLE_SCHEMAS
 from vlr_plugins.recipe.arguments import check_loss_against_views, check_model_arguments
 from vlr_plugins.recipe.errors import RecipeError, Source
-from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec
+from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec, VideoSpec
 from vlr_plugins.recipe.values import typed_value
+from vlr_plugins.recipe.video_text import check_not_video_text, check_video_text
 
 __all__ = ["SCHEMA", "check_keys", "build_text_views", "check_loss_against_views", "recipe_from_dict"]
 
@@ -33,6 +34,7 @@ SCHEMA: dict[str, Any] = {
     "data": {f.name: None for f in dataclasses.fields(DataSpec)},
     "train": {f.name: None for f in dataclasses.fields(TrainSpec)},
     "eval": "splits",
+    "video": {f.name: None for f in dataclasses.fields(VideoSpec)},
 }
 
 
@@ -91,27 +93,31 @@ def _build(cls: type, raw: dict[str, Any], path: Path | str, prefix: str,
     return cls(**kwargs)
 
 
-def _view_fields(raw: Any, path: Path | str, key: str) -> tuple[str, ...]:
+def _view_fields(raw: Any, path: Path | str, key: str, schema: str) -> tuple[str, ...]:
     """A view's ``field``: one sample field, or a non-empty list of them (a candidate set)."""
     fields = raw if isinstance(raw, list) else [raw]
     if not fields or not all(isinstance(f, str) for f in fields):
         raise RecipeError(path, key, f"expected a field name or a list of field names, found {raw!r}")
+    known = SAMPLE_SCHEMAS[schema]
     for f in fields:
-        if f not in TEXT_FIELDS:
-            raise RecipeError(path, key, f"training samples have no text field {f!r} "
-                                         f"(they have: {', '.join(TEXT_FIELDS)})")
+        if f not in known:
+            other = [name for name, fs in SAMPLE_SCHEMAS.items() if f in fs]
+            hint = f"; {f!r} is a field of data.schema: {other[0]}" if other else ""
+            named = "training samples" if schema == "paragraph" else f"{schema} training samples"
+            raise RecipeError(path, key, f"{named} have no text field {f!r} "
+                                         f"(they have: {', '.join(known)}){hint}")
     if len(set(fields)) != len(fields):
         raise RecipeError(path, key, f"a field is named twice in {fields}")
     return tuple(fields)
 
 
-def _build_view(raw: dict[str, Any], path: Path | str, key: str) -> TextView:
+def _build_view(raw: dict[str, Any], path: Path | str, key: str, schema: str) -> TextView:
     if not isinstance(raw, dict):
         raise RecipeError(path, key, f"expected a mapping, found {type(raw).__name__}")
     _check_view_keys(raw, path, key)
     if "field" not in raw:
         raise RecipeError(path, f"{key}.field", "missing: which sample field this view reads")
-    fields = _view_fields(raw["field"], path, f"{key}.field")
+    fields = _view_fields(raw["field"], path, f"{key}.field", schema)
     if "max_tokens" not in raw:
         raise RecipeError(path, f"{key}.max_tokens", "missing token budget for this view")
     view = _build(TextView, raw, path, key + ".", checked={"field": fields[0] if len(fields) == 1 else fields})
@@ -122,13 +128,15 @@ def _build_view(raw: dict[str, Any], path: Path | str, key: str) -> TextView:
     if view.take != "all":
         if view.count is None or view.count < 1:
             raise RecipeError(path, f"{key}.count", f"take: {view.take} needs count >= 1")
-        if len(fields) == 1 and TEXT_FIELDS[fields[0]] == "one" and view.count != 1:
+        if len(fields) == 1 and SAMPLE_SCHEMAS[schema][fields[0]] == "one" and view.count != 1:
             raise RecipeError(path, f"{key}.count", f"field {fields[0]!r} holds one text; count must be 1")
     return view
 
 
-def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "text_views") -> TextViews:
-    """Validate ``{positives: [...], negatives: [...]}``; errors name ``path`` and ``key``."""
+def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "text_views",
+                     schema: str = "paragraph") -> TextViews:
+    """Validate ``{positives: [...], negatives: [...]}`` against the text fields of the sample
+    ``schema`` (``data.schema``); errors name ``path`` and ``key``."""
     if not isinstance(raw, dict):
         raise RecipeError(path, key, f"expected a mapping of positives / negatives, found {type(raw).__name__}")
     for k in raw:
@@ -140,8 +148,9 @@ def build_text_views(raw: dict[str, Any], path: str | os.PathLike, key: str = "t
     if not raw.get("positives"):
         raise RecipeError(path, f"{key}.positives", "at least one positive view is required")
     return TextViews(
-        positives=tuple(_build_view(v, path, f"{key}.positives[{i}]") for i, v in enumerate(raw["positives"])),
-        negatives=tuple(_build_view(v, path, f"{key}.negatives[{i}]")
+        positives=tuple(_build_view(v, path, f"{key}.positives[{i}]", schema)
+                        for i, v in enumerate(raw["positives"])),
+        negatives=tuple(_build_view(v, path, f"{key}.negatives[{i}]", schema)
                         for i, v in enumerate(raw.get("negatives") or [])),
     )
 
@@ -152,6 +161,7 @@ _TRAIN_RANGES: dict[str, tuple[float, bool, str]] = {
     "weight_decay": (0, True, ">= 0"), "warmup_steps": (0, True, ">= 0"), "min_lr": (0, True, ">= 0"),
     "num_workers": (0, True, ">= 0"), "checkpoint_interval": (1, True, ">= 1"),
     "max_keep_checkpoints": (-1, True, ">= 1, or -1 to keep all"), "log_interval": (1, True, ">= 1"),
+    "warmup_epochs": (0, True, ">= 0"),
 }
 
 
@@ -171,6 +181,9 @@ def _check_train(train: TrainSpec, path: Path) -> None:
         raise RecipeError(path, "train.grad_clip", f"expected > 0 (or null for no clipping), found {train.grad_clip}")
     if train.min_lr > train.lr:
         raise RecipeError(path, "train.min_lr", f"{train.min_lr} is above train.lr {train.lr}")
+    if train.warmup_epochs and train.warmup_steps:
+        raise RecipeError(path, "train.warmup_epochs", f"{train.warmup_epochs} warm-up epoch(s) and train.warmup_steps "
+                                                       f"{train.warmup_steps}: give one of them (the other 0)")
 
 
 def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None) -> Recipe:
@@ -180,8 +193,14 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     for key in ("name", "text_views", "loss", "model"):
         if key not in raw:
             raise RecipeError(p, key, "missing (required)")
-    views = build_text_views(raw["text_views"], p)
-    check_loss_against_views(raw["loss"], views, p)
+    data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    schema = typed_value(p, "data.schema", data_raw.get("schema", "paragraph"),
+                         inspect.get_annotations(DataSpec, eval_str=True)["schema"])
+    views = build_text_views(raw["text_views"], p, schema=schema)
+    if schema == "mvc":
+        check_video_text(raw, views, p)
+    else:
+        check_loss_against_views(raw["loss"], views, p)
     if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
         raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")
     check_model_arguments(raw["model"], p)
@@ -191,6 +210,11 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     train = _build(TrainSpec, raw.get("train") or {}, p, "train.")
     _check_train(train, p)
     splits = tuple(_build(EvalSplit, s, p, f"eval[{i}].") for i, s in enumerate(raw.get("eval") or []))
+    video = _build(VideoSpec, raw["video"], p, "video.") if raw.get("video") is not None else None
+    if schema == "mvc":
+        video = _checked_video(video, raw, p)
+    else:
+        check_not_video_text(raw, data, train, p)
     return Recipe(
         name=typed_value(p, "name", raw["name"], str),
         description=typed_value(p, "description", raw.get("description", ""), str),
@@ -202,5 +226,27 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
         data=data,
         train=train,
         eval=splits,
+        video=video,
         source=str(path) if path else None,
     )
+
+
+def _checked_video(video: VideoSpec | None, raw: dict[str, Any], p: Path) -> VideoSpec:
+    """An ``mvc`` recipe's ``video`` section, its values in range."""
+    if video is None or video.encoder is None:
+        raise RecipeError(p, "video.encoder", "missing: an mvc recipe trains a video tower (e.g. type: SpaceTimeViT)")
+    for key, low in (("frames", 1), ("image_size", 1)):
+        if getattr(video, key) < low:
+            raise RecipeError(p, f"video.{key}", f"expected >= {low}, found {getattr(video, key)}")
+    lo, hi = video.crop_scale
+    if not 0 < lo <= hi <= 1:
+        raise RecipeError(p, "video.crop_scale", f"expected 0 < min <= max <= 1 (shares of the frame's area), "
+                                                 f"found {list(video.crop_scale)}")
+    if video.std is not None and min(video.std) <= 0:
+        raise RecipeError(p, "video.std", f"expected positive values, found {list(video.std)}")
+    if (video.mean is None) != (video.std is None):
+        given = "video.mean" if video.mean is not None else "video.std"
+        raise RecipeError(p, given, "give video.mean and video.std together (or neither: the tower's own)")
+    if video.checkpoint is not None and not video.checkpoint:
+        raise RecipeError(p, "video.checkpoint", "expected a file path, '???' (the run gives it) or null")
+    return video

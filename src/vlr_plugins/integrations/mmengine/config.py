@@ -5,135 +5,34 @@ model is a registered text encoder, the data files exist, the batch splits over 
 processes, the tokenizer loads, and the text encoder -- described from its config, no
 weights read -- takes every view's token budget and the tokenizer's vocabulary. Each
 error names where the value was written (the recipe file, a ``_base_``, ``--set``,
-``--train``...).
+``--train``...). The parts every recipe's config shares are in
+:mod:`~vlr_plugins.integrations.mmengine.config_parts`; MVC recipes (``data.schema: mvc``)
+are built by :mod:`~vlr_plugins.integrations.mmengine.mvc_config`.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import math
 import os
 from typing import Any
 
-import torch
-
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.integrations.mmengine.config_parts import (
+    batch_layout,
+    check_model_type,
+    check_train_file,
+    count_samples,
+    runtime_config,
+    schedulers,
+    text_encoder_config,
+    text_encoder_shape,
+    tokenizer_setting,
+    train_loader,
+    views_config,
+)
+from vlr_plugins.integrations.mmengine.mvc_config import mvc_recipe_to_mmengine_config
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["recipe_to_mmengine_config", "count_samples", "text_encoder_shape", "tokenizer_setting"]
-
-
-def count_samples(path: str) -> int:
-    """Number of training records without validating them (JSON Lines, Parquet, CSV/TSV)."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.ParquetFile(path).metadata.num_rows
-        except (pa.ArrowException, OSError) as e:
-            raise DataFormatError(path, f"not a readable Parquet file: {e}") from e
-    if suffix in (".csv", ".tsv"):
-        # rows, not lines: a header line, and quoted cells may span lines
-        try:
-            with open(path, encoding="utf-8-sig", newline="") as f:
-                return max(0, sum(1 for _ in csv.reader(f, delimiter="\t" if suffix == ".tsv" else ",")) - 1)
-        except (UnicodeDecodeError, csv.Error):
-            return 0  # the reader reports where, when the samples are read
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
-def _views(views) -> list[dict]:
-    return [dataclasses.asdict(v) for v in views]
-
-
-def tokenizer_setting(recipe: Recipe, override: str | None) -> tuple[str, str]:
-    """``(tokenizer name, where it was set)``: ``--tokenizer``, else ``model.tokenizer``,
-    else the pretrained model's own (``model.pretrained``)."""
-    if override:
-        return override, "--tokenizer"
-    for key in ("tokenizer", "pretrained"):
-        if recipe.model.get(key):
-            return recipe.model[key], recipe.where(f"model.{key}")
-    raise recipe.error("model.tokenizer", "missing: the model is built from a config, so name its tokenizer "
-                                          "folder (or pass --tokenizer)")
-
-
-def _special_ids(model_cfg: dict[str, Any], tokenizer: Any, recipe: Recipe) -> dict[str, Any]:
-    """A random-init encoder's ``config`` with the special-token ids the recipe leaves out
-    taken from the tokenizer, so that they lie in its vocabulary (BLIP's defaults are
-    bert-base's: ``bos_token_id`` 30522...); ids the recipe gives must lie in it too."""
-    config = model_cfg.get("config")
-    if not isinstance(config, dict):
-        return model_cfg
-    config = dict(config)
-    ids = {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
-           "sep_token_id": tokenizer.sep_token_id}
-    for key, value in ids.items():
-        if key not in config and value is not None:
-            config[key] = value
-    vocab = config.get("vocab_size")
-    if isinstance(vocab, int):
-        for key in (*ids, "eos_token_id"):
-            value = config.get(key)
-            if isinstance(value, int) and not 0 <= value < vocab:
-                raise recipe.error(f"model.config.{key}", f"{value} is outside the vocabulary "
-                                                          f"(vocab_size {vocab}); leave it out to take the "
-                                                          "tokenizer's")
-    return {**model_cfg, "config": config}
-
-
-def text_encoder_shape(recipe: Recipe, model_cfg: dict[str, Any]) -> Any:
-    """The :class:`~vlr_plugins.text.blip_text_encoder.TextEncoderShape` of the recipe's text
-    encoder (from its config; no weights read), or ``None`` for an encoder that cannot
-    describe itself. Errors name the recipe key."""
-    from vlr_plugins.registry import MODELS
-
-    cls = MODELS.get(model_cfg["type"])
-    describe = getattr(cls, "describe", None)
-    if describe is None:
-        return None
-    args = {k: v for k, v in model_cfg.items() if k != "type"}
-    try:
-        return describe(**args, setting=recipe.where("model.pretrained"))
-    except ConfigError as e:
-        raise recipe.error("model.config", str(e)) from None
-    except ValueError as e:  # arguments no encoder is built from
-        raise recipe.error("model.pretrained" if "pretrained" in str(e) else "model", str(e)) from None
-
-
-def _check_against_encoder(recipe: Recipe, shape: Any, tokenizer: Any) -> None:
-    """Every token budget fits the encoder's positions; every token id its vocabulary."""
-    budgets = [(f"text_views.{kind}[{i}].max_tokens", v.max_tokens)
-               for kind in ("positives", "negatives")
-               for i, v in enumerate(getattr(recipe.text_views, kind))]
-    budgets += [(f"eval[{i}].max_tokens", s.max_tokens) for i, s in enumerate(recipe.eval)]
-    for key, budget in budgets:
-        if budget > shape.max_positions:
-            raise recipe.error(key, f"{budget} tokens exceed the text encoder's {shape.max_positions} positions "
-                                    "(model.config.max_position_embeddings); lower the budget, or extend the "
-                                    "encoder (vlr_plugins.text.extend_text_context)")
-    if len(tokenizer) > shape.vocab_size:
-        raise recipe.error("model.config.vocab_size" if "config" in recipe.model else "model.tokenizer",
-                           f"the tokenizer has {len(tokenizer)} tokens but the text encoder's vocabulary "
-                           f"holds {shape.vocab_size}: token ids past it have no embedding")
-
-
-def _schedulers(recipe: Recipe, total_iters: int) -> list[dict]:
-    t = recipe.train
-    warmup = min(t.warmup_steps, total_iters)
-    out: list[dict] = []
-    if warmup > 0:
-        out.append(dict(type="LinearLR", start_factor=t.warmup_start_factor, by_epoch=False,
-                        begin=0, end=warmup))
-    if t.schedule == "cosine" and warmup < total_iters:
-        out.append(dict(type="CosineAnnealingLR", T_max=total_iters - warmup, eta_min=t.min_lr,
-                        by_epoch=False, begin=warmup, end=total_iters))
-    return out
 
 
 def recipe_to_mmengine_config(
@@ -150,104 +49,48 @@ def recipe_to_mmengine_config(
     ``recipe.train.batch_size`` is the global contrastive batch (the losses gather
     across ranks), split evenly over ``world_size`` processes (default ``$WORLD_SIZE``).
     The warm-up + cosine schedule is laid out in iterations, so the number of samples
-    is read here.
+    is read here. A video-text recipe (``data.schema: mvc``) is built by
+    :func:`~vlr_plugins.integrations.mmengine.mvc_config.mvc_recipe_to_mmengine_config`.
     """
+    if recipe.data.schema == "mvc":
+        return mvc_recipe_to_mmengine_config(recipe, work_dir, tokenizer=tokenizer, world_size=world_size,
+                                             launcher=launcher, log_level=log_level)
     t, d = recipe.train, recipe.data
-    from vlr_plugins.registry import MODELS
-    from vlr_plugins.text.pretrained import load_tokenizer
-
-    if recipe.model["type"] not in MODELS:
-        hint = " (open_clip recipes run with `vlr openclip-train`)" if recipe.model["type"] == "open_clip" else ""
-        raise recipe.error("model.type", f"{recipe.model['type']!r} is not a registered text encoder{hint}; "
-                                         f"registered: {', '.join(MODELS.names())}")
-    for key in ("train", "image_embeddings"):
-        value = getattr(d, key)
-        if not value:
-            raise recipe.error(f"data.{key}", "missing: set it in the recipe or on the command line "
-                                              f"(--{key.replace('_', '-')})")
-        if not os.path.exists(value):
-            raise recipe.error(f"data.{key}", f"no such {'file' if key == 'train' else 'folder'}: {value}")
-    if os.path.isdir(d.train):
-        raise recipe.error("data.train", f"{d.train} is a folder; expected a file of training samples "
-                                         "(.jsonl, .parquet, .csv)")
+    check_model_type(recipe)
+    check_train_file(recipe)
+    if not d.image_embeddings:
+        raise recipe.error("data.image_embeddings", "missing: set it in the recipe or on the command line "
+                                                    "(--image-embeddings)")
+    if not os.path.exists(d.image_embeddings):
+        raise recipe.error("data.image_embeddings", f"no such folder: {d.image_embeddings}")
     if not os.path.isdir(d.image_embeddings):
         raise recipe.error("data.image_embeddings", f"{d.image_embeddings} is a file; expected an embedding "
                                                     "store folder (vlr precompute)")
-    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    if t.batch_size % world:
-        raise recipe.error("train.batch_size", f"{t.batch_size} does not split evenly over {world} processes")
-    per_rank = t.batch_size // world
-    total = count_samples(d.train)
-    if total == 0:
-        raise recipe.error("data.train", f"{d.train} holds no samples")
-    n = max(1, round(d.fraction * total)) if d.fraction < 1 else total
-    n_rank = math.ceil(n / world)
-    iters_per_epoch = n_rank // per_rank if t.drop_last else math.ceil(n_rank / per_rank)
-    if iters_per_epoch < 1:
-        raise recipe.error("train.batch_size", f"{n} samples give no full batch of {t.batch_size} "
-                                               "(set drop_last: false or a smaller batch)")
-    tok, tok_setting = tokenizer_setting(recipe, tokenizer)
-    tokenizer_obj = load_tokenizer(tok, tok_setting)
-    pad_id = tokenizer_obj.pad_token_id or 0
-    model_cfg = _special_ids(dict(recipe.model), tokenizer_obj, recipe)
-    if "tokenizer" not in model_cfg and model_cfg.get("pretrained") != tok:
-        model_cfg["tokenizer"] = tok
-    shape = text_encoder_shape(recipe, model_cfg)
-    if shape is not None:
-        _check_against_encoder(recipe, shape, tokenizer_obj)
+    per_rank, iters_per_epoch = batch_layout(recipe, world_size)
+    model_cfg, tok, tokenizer_obj = text_encoder_config(recipe, tokenizer)
+    collate = dict(type="vlr_plugins.vlr_text_views_collate", pad_token_id=tokenizer_obj.pad_token_id or 0)
 
-    def loader(dataset: dict, shuffle: bool, batch_size: int, drop_last: bool) -> dict:
-        return dict(
-            batch_size=batch_size,
-            num_workers=t.num_workers,
-            persistent_workers=t.num_workers > 0,
-            drop_last=drop_last,
-            sampler=dict(type="DefaultSampler", shuffle=shuffle),
-            collate_fn=dict(type="vlr_plugins.vlr_text_views_collate", pad_token_id=pad_id),
-            dataset=dataset,
-        )
-
-    cfg: dict[str, Any] = dict(
-        default_scope="vlr_plugins",
-        custom_imports=dict(imports=["vlr_plugins.integrations.mmengine"], allow_failed_imports=False),
-        work_dir=work_dir,
-        experiment_name=recipe.name,
-        launcher=launcher,
-        randomness=dict(seed=t.seed),
-        vlr_recipe=recipe.to_dict(),
+    cfg = runtime_config(
+        recipe, work_dir, launcher=launcher, log_level=log_level,
         model=dict(type="TextOnlyRetrievalModel", text_encoder=model_cfg, loss=dict(recipe.loss)),
-        train_dataloader=loader(
+        train_dataloader=train_loader(
+            recipe,
             dict(type="ParagraphTextViewsDataset", ann_file=d.train, image_embeddings=d.image_embeddings,
-                 positives=_views(recipe.text_views.positives), negatives=_views(recipe.text_views.negatives),
+                 positives=views_config(recipe.text_views.positives),
+                 negatives=views_config(recipe.text_views.negatives),
                  tokenizer=tok, fraction=d.fraction, seed=d.seed),
-            shuffle=True, batch_size=per_rank, drop_last=t.drop_last,
+            collate, shuffle=True, batch_size=per_rank, drop_last=t.drop_last,
         ),
-        train_cfg=dict(by_epoch=True, max_epochs=t.epochs, val_interval=1),
-        optim_wrapper=dict(
-            type="AmpOptimWrapper" if t.amp else "OptimWrapper",
-            optimizer=dict(type="AdamW", lr=t.lr, weight_decay=t.weight_decay, betas=t.betas),
-            clip_grad=dict(max_norm=t.grad_clip) if t.grad_clip else None,
-        ),
-        param_scheduler=_schedulers(recipe, t.epochs * iters_per_epoch),
-        default_hooks=dict(
-            timer=dict(type="IterTimerHook"),
-            logger=dict(type="LoggerHook", interval=t.log_interval),
-            param_scheduler=dict(type="ParamSchedulerHook"),
-            checkpoint=dict(type="CheckpointHook", interval=t.checkpoint_interval, by_epoch=True,
-                            max_keep_ckpts=t.max_keep_checkpoints, save_last=True),
-            sampler_seed=dict(type="DistSamplerSeedHook"),
-        ),
-        custom_hooks=[dict(type="WeightsOnlyCheckpointHook")],
-        log_processor=dict(by_epoch=True),
-        env_cfg=dict(cudnn_benchmark=False, dist_cfg=dict(backend="nccl" if torch.cuda.is_available() else "gloo")),
-        log_level=log_level,
+        param_scheduler=schedulers(recipe, t.epochs * iters_per_epoch, iters_per_epoch),
     )
     if recipe.eval:
-        val = loader(
+        val = train_loader(
+            recipe,
             dict(type="RetrievalEvalDataset", splits=[dataclasses.asdict(s) for s in recipe.eval],
                  tokenizer=tok, image_embeddings=d.image_embeddings),
-            shuffle=False, batch_size=per_rank, drop_last=False,
+            collate, shuffle=False, batch_size=per_rank, drop_last=False,
         )
         cfg.update(val_dataloader=val, val_cfg=dict(), val_evaluator=dict(type="RetrievalRecallMetric"),
                    test_dataloader=val, test_cfg=dict(), test_evaluator=dict(type="RetrievalRecallMetric"))
     return cfg
+

@@ -56,7 +56,9 @@ class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
 
     Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
-    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), and for model
+    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), the video
+    tower's when the model trains one (``meta['vlr_video_encoder']``, read by ``vlr
+    precompute --encoder vlr:CHECKPOINT``), and for model
     cards the recipe (``meta['vlr_recipe']``) and the configuration of the loss as it is
     when saved (``meta['vlr_loss']``, :func:`vlr_plugins.checkpoint_meta.loss_config`).
 
@@ -75,6 +77,9 @@ class WeightsOnlyCheckpointHook(Hook):
             # lets `vlr eval` / export rebuild the encoder from the checkpoint alone,
             # without executing the (Python) config text MMEngine stores beside it
             checkpoint.setdefault("meta", {})["vlr_text_encoder"] = encoder.to_config()
+        tower = getattr(model, "video_encoder", None)
+        if hasattr(tower, "to_config"):
+            checkpoint.setdefault("meta", {})["vlr_video_encoder"] = json.loads(json.dumps(tower.to_config()))
         recipe = runner.cfg.get("vlr_recipe")
         if recipe is not None:  # for model cards and exports (plain types only)
             checkpoint.setdefault("meta", {})["vlr_recipe"] = json.loads(json.dumps(recipe.to_dict()))

@@ -1,5 +1,6 @@
-"""Before a Runner starts: the run's data checked against the model, and nothing left
-behind by a run that stops on bad input.
+"""Before a Runner starts: the run's data checked against the model (stored image
+embeddings, or an MVC run's videos), and nothing left behind by a run that stops on bad
+input.
 
 MMEngine's Runner creates the work dir, a timestamped log folder and a copy of the
 config as it starts, and builds its datasets only when training starts, so a bad sample
@@ -41,7 +42,8 @@ _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.r
 @dataclass(frozen=True)
 class RunInputs:
     """What :func:`check_run_inputs` found: training samples kept (after ``data.fraction``),
-    the image embeddings' width, and the evaluation items (0 without ``eval``)."""
+    the image embeddings' width (an MVC run: the video-text space's), and the evaluation
+    items (0 without ``eval``)."""
 
     samples: int
     dim: int
@@ -71,6 +73,8 @@ def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
     if recipe.train.amp and get_device() == "cpu":
         raise recipe.error("train.amp", "mixed precision (AmpOptimWrapper) runs on a GPU (cuda, npu, mlu, musa); "
                                         "this machine has none: set train.amp: false")
+    if recipe.data.schema == "mvc":
+        return _check_video_text_inputs(recipe, cfg)
     shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
     args = {k: v for k, v in cfg["train_dataloader"]["dataset"].items() if k != "type"}
     try:
@@ -103,6 +107,22 @@ def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
                 _check_width(recipe, f"eval[{i}].image_embeddings", split.image_embeddings, dim, shape)
         eval_items = len(val)
     return RunInputs(samples=len(train), dim=store.dim, eval_items=eval_items)
+
+
+def _check_video_text_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
+    """An MVC run's corpus read and checked as the Runner will read it: every record, every
+    sample against the views, every video file there (``video.check_files``)."""
+    from vlr_plugins.integrations.mmengine.mvc_dataset import MVCVideoTextDataset
+
+    args = {k: v for k, v in cfg["train_dataloader"]["dataset"].items() if k != "type"}
+    try:
+        train = MVCVideoTextDataset(**args)
+    except UserError:
+        raise
+    except ValueError as e:  # a file suffix no reader takes
+        raise recipe.error("data.train", str(e)) from None
+    shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
+    return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0)
 
 
 def _nearest_existing(path: Path) -> Path:

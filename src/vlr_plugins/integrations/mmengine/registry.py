@@ -20,10 +20,10 @@ def _child(parent: Registry, *modules: str) -> Registry:
     return Registry(parent.name, parent=parent, scope=SCOPE, locations=[f"{_HERE}.{m}" for m in modules])
 
 
-MODELS = _child(root.MODELS, "model")
-DATASETS = _child(root.DATASETS, "dataset")
+MODELS = _child(root.MODELS, "model", "mvc_model")
+DATASETS = _child(root.DATASETS, "dataset", "mvc_dataset")
 METRICS = _child(root.METRICS, "metric")
-FUNCTIONS = _child(root.FUNCTIONS, "dataset")
+FUNCTIONS = _child(root.FUNCTIONS, "dataset", "mvc_dataset")
 RUNNERS = _child(root.RUNNERS)
 # present so the scope resolves in every tree; entries come from MMEngine itself
 RUNNER_CONSTRUCTORS = _child(root.RUNNER_CONSTRUCTORS)

@@ -1,0 +1,224 @@
+"""Multi-view-captions (MVC) training samples: one video (or clip) with its caption views."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlr_plugins._io import atomic_open
+from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.data.sample import _jsonl_records, _parquet_records, _Record
+from vlr_plugins.registry import READERS
+
+__all__ = ["MVCSample", "MVC_TEXT_FIELDS", "MVC_SUMMARY_FIELDS", "MVC_DETAILED_FIELDS", "MVC_SAMPLE_SUFFIXES",
+           "read_mvc_samples", "mvc_sample_from_record", "write_mvc_samples"]
+
+#: The caption fields of an MVC sample (paper sec. 3.1), each one text or null, in this order:
+#: ``O`` the original caption; ``S1``, ``S2`` summary captions; ``D1``, ``D2`` raw detailed
+#: captions; ``D1*``, ``D2*`` refined detailed captions; ``P1``, ``P2`` semantic positives.
+MVC_TEXT_FIELDS: dict[str, str] = {f: "one" for f in ("O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2")}
+#: The paper's summary-view candidates, c_s ~ {O, S1, S2} (sec. 3.2).
+MVC_SUMMARY_FIELDS: tuple[str, ...] = ("O", "S1", "S2")
+#: The paper's detailed-view candidates, c_d ~ {D1*, D2*, P1, P2} (sec. 3.2).
+MVC_DETAILED_FIELDS: tuple[str, ...] = ("D1*", "D2*", "P1", "P2")
+#: The file suffixes :func:`read_mvc_samples` reads.
+MVC_SAMPLE_SUFFIXES = (".jsonl", ".json", ".parquet")
+_OTHER_KEYS = ("id", "video", "start", "end", "meta")
+_KNOWN = (*_OTHER_KEYS[:4], *MVC_TEXT_FIELDS, _OTHER_KEYS[4])
+
+
+@dataclass(frozen=True)
+class MVCSample:
+    """One training video and its captions (MVC paper, sec. 3.1).
+
+    Attributes:
+        id: the video's id (unique in the corpus).
+        video: the path of the video file.
+        captions: ``(field, text)`` pairs of the caption fields it has, in
+            :data:`MVC_TEXT_FIELDS` order (a mapping is accepted and converted, so that
+            samples stay hashable).
+        start, end: for a clip of a longer video, the seconds it spans (``None``: the
+            video's start / end).
+
+    ``texts(field)`` gives a field's text as a 1-tuple, or ``()`` when the sample lacks
+    it: what :class:`~vlr_plugins.data.TextView` pools into candidate sets.
+    """
+
+    id: str
+    video: str
+    captions: tuple[tuple[str, str], ...] = ()
+    start: float | None = None
+    end: float | None = None
+
+    def __post_init__(self) -> None:
+        given = dict(self.captions.items() if isinstance(self.captions, Mapping) else self.captions)
+        unknown = [f for f in given if f not in MVC_TEXT_FIELDS]
+        if unknown:
+            raise ValueError(f"no MVC caption field {unknown[0]!r}; known: {', '.join(MVC_TEXT_FIELDS)}")
+        object.__setattr__(self, "captions", tuple((f, given[f]) for f in MVC_TEXT_FIELDS if f in given))
+
+    def texts(self, field: str) -> tuple[str, ...]:
+        """The text of ``field`` (a key of :data:`MVC_TEXT_FIELDS`) as a 1-tuple, ``()`` if absent."""
+        if field not in MVC_TEXT_FIELDS:
+            raise ValueError(f"no text field {field!r}; known: {', '.join(MVC_TEXT_FIELDS)}")
+        return tuple(t for f, t in self.captions if f == field)
+
+    @property
+    def media(self) -> str:
+        """The video path (what a media source loads)."""
+        return self.video
+
+    @property
+    def window(self) -> tuple[float | None, float | None] | None:
+        """``(start, end)`` seconds for :func:`~vlr_plugins.data.video.sample_frames`, or ``None``."""
+        return None if self.start is None and self.end is None else (self.start, self.end)
+
+
+class _MVCRecord(_Record):
+    """The paragraph reader's record checks (:class:`~vlr_plugins.data.sample._Record`), plus
+    the video's window, the caption fields and no key outside the schema."""
+
+    needs = "every record needs an id, a video and at least one caption"
+
+    def known_keys(self) -> None:
+        for key in self.raw:
+            if key not in _KNOWN:
+                close = difflib.get_close_matches(str(key), _KNOWN, n=1, cutoff=0.5)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.error(str(key), f"unknown field{hint}; an MVC record holds {', '.join(_KNOWN)}")
+
+    def seconds(self, key: str) -> float | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise self.error(key, f"expected seconds, a number >= 0 (or null), found {json.dumps(value)}")
+        return float(value)
+
+    def sample(self, media_key: str | None = "video",  # type: ignore[override]
+               media_root: Path | None = None) -> MVCSample:
+        self.known_keys()
+        sample_id = self.id()
+        if "video" not in self.raw or self.raw["video"] is None:
+            raise self.error("video", f"missing; {self.needs}")
+        video = self.media("video", media_root or Path("."))
+        start, end = self.seconds("start"), self.seconds("end")
+        if start is not None and end is not None and not end > start:
+            raise self.error("end", f"expected the end after the start ({start:g} s), found {end:g} s")
+        captions = {f: t for f in MVC_TEXT_FIELDS if (t := self.one_text(f, required=False)) is not None}
+        if not captions:
+            raise self.error(None, f"no caption: expected at least one of {', '.join(MVC_TEXT_FIELDS)} "
+                                   "as a non-empty string")
+        return MVCSample(id=sample_id, video=video, captions=tuple(captions.items()), start=start, end=end)
+
+
+def mvc_sample_from_record(
+    raw: Any,
+    path: str | os.PathLike[str],
+    record: int | None = None,
+    *,
+    kind: str = "line",
+    video_root: str | os.PathLike[str] | None = None,
+) -> MVCSample:
+    """One :class:`MVCSample` from a raw mapping, under the rules of :func:`read_mvc_samples`;
+    errors name ``path``, ``record`` (a ``kind``: line, row...) and the field."""
+    if not isinstance(raw, dict):
+        raise DataFormatError(path, f"expected a JSON object, found {_type_name(raw)}", record=record,
+                              record_kind=kind)
+    root = Path(video_root) if video_root is not None else Path(path).parent
+    return _MVCRecord(raw, path, record, kind).sample("video", root)
+
+
+def read_mvc_samples(
+    path: str | os.PathLike[str],
+    *,
+    video_root: str | os.PathLike[str] | None = None,
+) -> list[MVCSample]:
+    """Read and validate MVC training samples from JSON Lines or Parquet.
+
+    Expects ``.jsonl`` / ``.json`` (JSON Lines: one object per line; blank lines are
+    skipped) or ``.parquet`` (one row per video), each record holding
+
+    ===============================  ====================================  ================
+    key                              what                                  if missing/null
+    ===============================  ====================================  ================
+    ``id``                           string or integer, unique             error
+    ``video``                        path of the video file                error
+    ``start``, ``end``               seconds (>= 0, end > start): a clip   the video's ends
+    ``O``                            the original (web) caption            absent
+    ``S1``, ``S2``                   summary captions (two MLLMs)          absent
+    ``D1``, ``D2``                   raw detailed captions                 absent
+    ``D1*``, ``D2*``                 refined detailed captions             absent
+    ``P1``, ``P2``                   semantic positive captions            absent
+    ``meta``                         anything (ignored)                    --
+    ===============================  ====================================  ================
+
+    Captions are non-empty strings; a record needs at least one. Any other key is an
+    error (a misspelt view, ``D1_star``, would otherwise vanish from training), as is a
+    value of the wrong type. Relative video paths are taken from ``video_root`` (default:
+    the file's folder). Every record is validated before anything is returned; the first
+    problem raises :class:`~vlr_plugins.data.DataFormatError` naming the file, the line
+    (1-based) or Parquet row (0-based), and the field. A repeated id names both places.
+
+    Reference: the supervision set C(v) of the multi-view-captions paper (sec. 3.1):
+    ``{S1, S2, D1*, D2*, P1, P2, O}``, plus the raw ``D1``, ``D2`` of its Table 5.
+
+    Relations: the record checks are :func:`~vlr_plugins.data.read_paragraph_samples`'
+    (same machinery, another schema); which fields a step draws is the recipe's text views
+    (``c_s`` from ``[O, S1, S2]``, ``c_d`` from ``[D1*, D2*, P1, P2]``, docs/mvc.md);
+    :func:`write_mvc_samples` writes the JSON Lines form.
+
+    Example::
+
+        >>> samples = read_mvc_samples("internvid_mvc.jsonl", video_root="videos/")  # doctest: +SKIP
+        >>> samples[0].texts("S1")  # doctest: +SKIP
+        ('A person walks along a rocky path on a coastline.',)
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        records, kind = _jsonl_records(path), "line"
+    elif suffix == ".parquet":
+        records, kind = _parquet_records(path, ("id", "video")), "row"
+    else:
+        raise ValueError(f"cannot read MVC samples from {path}: expected one of {', '.join(MVC_SAMPLE_SUFFIXES)}, "
+                         f"found suffix {path.suffix or '(none)'!r}")
+    root = Path(video_root) if video_root is not None else path.parent
+    samples: list[MVCSample] = []
+    first_seen: dict[str, int] = {}
+    for record, raw in records:
+        sample = mvc_sample_from_record(raw, path, record, kind=kind, video_root=root)
+        if sample.id in first_seen:
+            raise DataFormatError(path, f"duplicate id {sample.id!r}, first seen on {kind} {first_seen[sample.id]}",
+                                  record=record, field="id", record_kind=kind)
+        first_seen[sample.id] = record
+        samples.append(sample)
+    return samples
+
+
+READERS.register(read_mvc_samples, name="mvc_samples")
+
+
+def write_mvc_samples(samples: Iterable[MVCSample], path: str | os.PathLike[str]) -> Path:
+    """Write ``samples`` as JSON Lines that :func:`read_mvc_samples` reads back (video paths
+    as stored: absolute paths stay absolute). Written to a temporary sibling and renamed
+    into place. Returns the path."""
+    path = Path(path)
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        raise ValueError(f"write_mvc_samples writes JSON Lines; give a .jsonl path, not {path}")
+    with atomic_open(path) as f:
+        for s in samples:
+            record: dict[str, Any] = {"id": s.id, "video": s.video}
+            if s.start is not None:
+                record["start"] = s.start
+            if s.end is not None:
+                record["end"] = s.end
+            record.update(s.captions)
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
