@@ -201,6 +201,14 @@ def test_set_items_nest_and_a_later_one_wins():
     assert _parse_set(["loss.temperature=0.1", "loss=7"]) == {"loss": 7}
 
 
+@pytest.mark.parametrize("command", [["train", "paragraph/c5"], ["generate", "paragraph"]])
+def test_several_set_options_add_up(command):
+    from vlr_plugins.cli import build_parser
+
+    args = build_parser().parse_args([*command, "--set", "a=1", "b.c=2", "--set", "a=3"])
+    assert args.set == ["a=1", "b.c=2", "a=3"]
+
+
 @pytest.mark.parametrize("items, words", [
     (["loss=1", "loss.temperature=2"], "inside loss, which an earlier item set to 1"),
     (["=2"], "expected KEY=VALUE"),

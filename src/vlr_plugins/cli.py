@@ -715,7 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", nargs="?", const="auto",
                    help="resume from the latest checkpoint in the work dir, or from the given one")
     s.add_argument("--launcher", default="none", choices=["none", "pytorch", "slurm", "mpi"])
-    s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.epochs=2")
+    s.add_argument("--set", nargs="*", action="extend", metavar="KEY=VALUE",
+                   help="recipe overrides, e.g. train.epochs=2 (several --set add up; a later value wins)")
     s.add_argument("--dump-config", metavar="PATH", help="write the MMEngine config and exit")
     s.add_argument("--verbose", action="store_true",
                    help="show MMEngine's whole console log (environment, config, hooks) and third-party "

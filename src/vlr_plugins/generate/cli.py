@@ -140,7 +140,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("corpus", nargs="?", metavar="CORPUS", help="(stats) the corpus folder or .jsonl file")
     s.add_argument("--input", help="the input records: JSON Lines (paragraph also Parquet, CSV/TSV)")
     s.add_argument("--out", help="the corpus folder (created; a rerun goes on where it stopped)")
-    s.add_argument("--set", nargs="*", metavar="KEY=VALUE",
+    s.add_argument("--set", nargs="*", action="extend", metavar="KEY=VALUE",
                    help="pipeline overrides, e.g. roles.captioner.base_url=http://host:8000/v1")
     s.add_argument("--stages", nargs="+", metavar="STAGE", help="run only these stages (each may run elsewhere)")
     s.add_argument("--shard-index", type=_at_least(0), default=0,
