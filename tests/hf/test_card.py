@@ -119,3 +119,23 @@ def test_named_and_pooled_views_read_in_the_card():
     text = build_model_card(recipe, model_name="mv").text
     assert "summary: caption|paragraph (random 1, 64 tokens); positives (first 2, 77 tokens)" in text
     assert "summary 64, positives 77" in text
+
+
+@pytest.mark.parametrize("name", ["mvc/mvc_b", "mvc/baseline_b"])
+def test_a_video_text_pretraining_card_says_both_towers_were_trained(name):
+    recipe = load_recipe(name).to_dict()
+    card = build_model_card(recipe, model_name="mvc-b-text", architecture="dual-CLS BERT text encoder",
+                            eval_results={"recall": {"msrvtt": {"i2t_r1": 38.0, "i2t_r5": 60.0, "t2i_r1": 40.0, "t2i_r5": 66.0}},
+                                          "budgets": {"msrvtt": 128}})
+    text = str(card)
+    assert "pretrained jointly with\nits video tower (VTC + VTM + MLM" in text and "vlr:CHECKPOINT" in text
+    assert "frozen, precomputed" not in text and "frozen vision side" not in text
+    assert "Multi-View Captions" in text and "Paragraph is Worth" not in text
+    assert "positives per video" in text
+    assert card.data.tags[:2] == ["vlr-plugins", "video-text-retrieval"]
+    assert card.data.eval_results[0].task_type == "video-text-retrieval"
+
+
+def test_an_image_text_card_keeps_its_wording():
+    text = str(build_model_card(load_recipe("paragraph/c5").to_dict(), model_name="c5"))
+    assert "frozen, precomputed" in text and "Paragraph is Worth" in text and "Multi-View" not in text

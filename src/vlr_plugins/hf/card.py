@@ -97,9 +97,11 @@ def build_model_card(
 
     from vlr_plugins.eval.report import recall_table_markdown
 
+    video = (recipe.get("data") or {}).get("schema") == "mvc"  # video-text pretraining: both towers trained
     recall = dict((eval_results or {}).get("recall") or {})
     results = [
-        EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval",
+        EvalResult(task_type="video-text-retrieval" if video else "image-text-retrieval",
+                   task_name="Video-text retrieval" if video else "Image-text retrieval",
                    dataset_type=bench.split("/")[0], dataset_name=bench, metric_type=metric.replace("_", "-"),
                    metric_name=METRIC_NAMES[metric], metric_value=round(float(value), 2),
                    metric_config=f"{(eval_results or {}).get('budgets', {}).get(bench, '?')} tokens")
@@ -110,7 +112,8 @@ def build_model_card(
     base = recipe["model"].get("pretrained")
     data = ModelCardData(
         library_name="transformers", license=license, base_model=base or None,
-        tags=["vlr-plugins", "image-text-retrieval", "feature-extraction", f"recipe-{recipe['name']}"],
+        tags=["vlr-plugins", "video-text-retrieval" if video else "image-text-retrieval", "feature-extraction",
+              f"recipe-{recipe['name']}"],
         model_name=model_name, eval_results=results or None, pipeline_tag="feature-extraction",
     )
     card = ModelCard.from_template(
@@ -125,6 +128,7 @@ def build_model_card(
         negatives=_views(list(views["negatives"])),
         architecture=architecture,
         image_space=image_space,
+        video=video,
         embed_dim=embed_dim if embed_dim is not None else "D",
         default_max_tokens=max(budgets.values()),
         budgets_line=", ".join(f"{k} {v}" for k, v in budgets.items()),
