@@ -194,8 +194,8 @@ def _markdown(cfg: DemoConfig, runs: dict, table: str, results: dict, truncation
     ]
     lines += [f"| {k} | {v['recipe']} | {v['description']} | {v['train_seconds']} |" for k, v in runs.items()]
     lines += ["", _verdict(results), "", "## Truncation (paper sec. 4.3)", "",
-              "The long split again, each description cut to the budget ([CLS] and [SEP] included) "
-              "before encoding.", "", truncation, _truncation_verdict(curves), ""]
+              ("The long split again, each description cut to the budget ([CLS] and [SEP] included) "
+               "before encoding."), "", truncation, _truncation_verdict(curves), ""]
     return "\n".join(lines)
 
 
