@@ -619,9 +619,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cfg.encoder = dict(cfg.encoder, hidden_size=64, num_hidden_layers=1, intermediate_size=128)
     if args.epochs:
         cfg.epochs = args.epochs
-    report = run_demo(cfg)
+    report = run_demo(cfg, verbose=args.verbose)
     print(report["table"])
-    print(f"report: {args.out}/report.md, {args.out}/report.json" + (f", {report['plot']}" if report["plot"] else ""))
+    plots = "".join(f", {report[k]}" for k in ("plot", "truncation_plot") if report[k])
+    print(f"report: {args.out}/report.md, {args.out}/report.json{plots}")
     return 0
 
 
@@ -848,6 +849,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=_at_least(1))
     s.add_argument("--seed", type=_at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
+    s.add_argument("--verbose", action="store_true",
+                   help="show MMEngine's whole console output and every deprecation warning")
     s.set_defaults(fn=cmd_demo)
 
     from vlr_plugins.eval.capst.cli import add_cli as add_capst

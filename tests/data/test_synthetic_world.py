@@ -214,9 +214,45 @@ def test_write_round_trips(world, tmp_path, monkeypatch):
     replaced.close()
 
 
+@pytest.fixture(scope="module")
+def long_world() -> SyntheticWorld:
+    return SyntheticWorld(dataclasses.replace(SMALL, description_tokens=128))
+
+
+def test_description_tokens_spread_the_attributes_over_the_whole_length(world, long_world):
+    tok = long_world.tokenizer()
+    for s in long_world.train_samples():
+        assert named_values(long_world, s.paragraph) == long_world.image_attributes(s.id), s.paragraph
+    long = [r["texts"][0] for r in long_world.eval_split("long")]
+    for r, text in zip(long_world.eval_split("long"), long):
+        assert named_values(long_world, text) == long_world.image_attributes(r["id"]), text
+    texts = [s.paragraph for s in long_world.train_samples()] + long
+    lengths = [len(row) for row in tok(texts)["input_ids"]]
+    assert all(100 < n <= 128 for n in lengths), (min(lengths), max(lengths))
+    # the first and the last sentence name attributes: whatever cuts the text short loses some
+    for text in long:
+        first, *_, last = sentences(text)
+        assert named_values(long_world, first) and named_values(long_world, last), text
+        cut = tok.decode(tok(text, truncation=True, max_length=100)["input_ids"], skip_special_tokens=True)
+        assert len(named_values(long_world, cut)) < 6, text
+    # nothing else changes: captions, the short split and the images are those of the plain world
+    assert [s.caption for s in long_world.train_samples()] == [s.caption for s in world.train_samples()]
+    assert long_world.eval_split("short") == world.eval_split("short")
+    assert torch.equal(long_world.image_embeddings()[1], world.image_embeddings()[1])
+
+
+def test_long_descriptions_with_detail_use_training_words_not_training_sentences(long_world):
+    train = long_world.train_samples()
+    long = [r["texts"][0] for r in long_world.eval_split("long")]
+    assert words_of(long) <= words_of([s.paragraph for s in train])
+    train_sentences = {s for sample in train for s in sentences(sample.paragraph)}
+    assert not {s for text in long for s in sentences(text)} & train_sentences
+    assert set(long_world.vocabulary()) == set(SyntheticWorld(SMALL).vocabulary())
+
+
 @pytest.mark.parametrize("bad", [
     {"num_train": 0}, {"num_eval": -1}, {"dim": 2.5}, {"seed": True}, {"noise": -0.1},
-    {"noise": float("nan")}, {"num_eval": 10**6},
+    {"noise": float("nan")}, {"num_eval": 10**6}, {"description_tokens": -1},
 ])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="SyntheticWorldConfig"):

@@ -67,18 +67,52 @@ _EVAL_PLACE = ("The picture shows the {p}.", "This image was taken {place}.")
 _EVAL_WEATHER = ("The day is {w}.", "The image shows a {w} day.")
 _EVAL_SCENE = ("This image shows the {p} on a {w} day.", "We can see the {p} in {w} weather.")
 
+# Detail sentences: light, framing, focus, mood. They name no attribute and do not depend
+# on the image, so they make a text long without making it more informative, as much of a
+# real long description is for a vision encoder that cannot see such details. Evaluation
+# uses other sentences made of the same words.
+_TRAIN_DETAIL = (
+    "The light is soft and falls evenly across the whole frame.",
+    "Nothing else in the frame draws the eye away from the subject.",
+    "The picture is sharp and the colours look natural throughout.",
+    "The frame is well balanced with plenty of space around the subject.",
+    "Fine details are easy to make out in the foreground.",
+    "The background is slightly blurred which keeps the focus on the subject.",
+    "The overall mood of the picture is calm and quiet.",
+    "The shot was taken from eye level at a short distance.",
+    "Shadows are gentle and there is no harsh glare anywhere.",
+    "The edges of the frame are clean and nothing is cut off.",
+    "Everything looks still as if the moment had been paused.",
+    "The composition is simple and easy to read at a glance.",
+)
+_EVAL_DETAIL = (
+    "The colours look natural and the light is soft throughout the frame.",
+    "Nothing is cut off at the edges and the frame is clean.",
+    "The focus is on the subject and the background is blurred.",
+    "At a glance the picture looks calm and still.",
+    "There is plenty of space around the subject and the frame is balanced.",
+    "The shot is sharp from the foreground to the background.",
+    "Fine details in the foreground are easy to read.",
+    "The mood is quiet and nothing draws the eye away.",
+    "The light is gentle and the shadows are soft.",
+    "There is no harsh glare and the light falls evenly on the whole picture.",
+    "The subject was taken at eye level from a short distance.",
+    "The composition is balanced and everything is easy to make out.",
+)
+
 _TRAIN_FRAMES = (
     _INTRO, _TRAIN_COUNTED, _TRAIN_DESCRIBED, _TRAIN_PLACE, _TRAIN_WEATHER, _TRAIN_SCENE
 )
 _EVAL_FRAMES = (_EVAL_COUNTED, _EVAL_DESCRIBED, _EVAL_PLACE, _EVAL_WEATHER, _EVAL_SCENE)
 # words the renderers insert besides those of the frames
 _FILLER = ("a", "an", "some", "is", "are", "and", "the", "on", "in", "by", "day", "weather")
+_TOKEN = re.compile(r"[^\W_]+|[^\w\s]")
 
 
 def template_words() -> set[str]:
     """Every word any template or attribute value can produce (lowercase)."""
     frames = [f for group in (*_TRAIN_FRAMES, *_EVAL_FRAMES) for f in group]
-    frames += [*CAPTION_FRAMES, *SCENE_CAPTION_FRAMES, *_FILLER]
+    frames += [*CAPTION_FRAMES, *SCENE_CAPTION_FRAMES, *_FILLER, *_TRAIN_DETAIL, *_EVAL_DETAIL]
     frames += [form for pair in GENERIC_NOUNS for form in pair]
     frames += [f for values in ATTRIBUTES.values() for forms in values.values() for f in forms]
     text = re.sub(r"\{[^}]*\}", " ", " ".join(frames)).lower()
@@ -191,18 +225,54 @@ def _sentence(rng: random.Random, values: dict[str, str], group, frames) -> str:
     return text[0].upper() + text[1:]
 
 
-def paragraph(rng: random.Random, values: dict[str, str]) -> str:
-    """3-6 training sentences that together name every attribute, in shuffled order."""
+def count_tokens(text: str) -> int:
+    """The length of ``text`` under the world's tokenizer, ``[CLS]`` and ``[SEP]`` included:
+    every word of the world is one token, and so is every punctuation mark."""
+    return len(_TOKEN.findall(text)) + 2
+
+
+def _spread(rng: random.Random, sentences: list[str], details: tuple[str, ...], tokens: int) -> list[str]:
+    """``sentences`` with detail sentences between them, as many as keep the text within
+    ``tokens``, dealt evenly over the gaps; the first and last sentence stay first and last,
+    so the attributes are spread over the whole length."""
+    pool = list(details)
+    rng.shuffle(pool)
+    total, chosen = count_tokens(" ".join(sentences)), []
+    for detail in pool:
+        extra = count_tokens(detail) - 2
+        if total + extra <= tokens:
+            chosen.append(detail)
+            total += extra
+    order = list(range(len(sentences) - 1))
+    rng.shuffle(order)
+    gaps: list[list[str]] = [[] for _ in order]
+    for i, detail in enumerate(chosen):
+        gaps[order[i % len(order)]].append(detail)
+    out = [sentences[0]]
+    for gap, sentence in zip(gaps, sentences[1:]):
+        out += [*gap, sentence]
+    return out
+
+
+def paragraph(rng: random.Random, values: dict[str, str], tokens: int = 0) -> str:
+    """3-6 training sentences that together name every attribute, in shuffled order; with
+    ``tokens``, detail sentences between them fill the paragraph up to that many tokens."""
     intro = rng.choice(_INTRO).format(np=_np(values, ("object",)), be=_be(values))
     frames = _TRAIN_FRAMES[1:]
     groups = _groups(rng, rng.randint(2, 5))
     sentences = [intro] + [_sentence(rng, values, g, frames) for g in groups]
     rng.shuffle(sentences)
+    if tokens:
+        sentences = _spread(rng, sentences, _TRAIN_DETAIL, tokens)
     return " ".join(sentences)
 
 
-def long_description(rng: random.Random, values: dict[str, str]) -> str:
-    """3-5 evaluation sentences in frames training never uses; the object comes first."""
+def long_description(rng: random.Random, values: dict[str, str], tokens: int = 0) -> str:
+    """3-5 evaluation sentences in frames training never uses; the object comes first. With
+    ``tokens``, detail sentences (also of their own frames) fill it up to that many tokens."""
     groups = _groups(rng, rng.randint(3, 5))
     groups.sort(key=lambda g: not set(g) & set(_NP_ATTRS))  # stable: subject sentences first
-    return " ".join(_sentence(rng, values, g, _EVAL_FRAMES) for g in groups)
+    sentences = [_sentence(rng, values, g, _EVAL_FRAMES) for g in groups]
+    if tokens:
+        sentences = _spread(rng, sentences, _EVAL_DETAIL, tokens)
+    return " ".join(sentences)

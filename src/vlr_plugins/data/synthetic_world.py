@@ -55,6 +55,12 @@ class SyntheticWorldConfig:
             combinations are all distinct, so a long description fits one image.
         dim: image-embedding width ``D`` (BLIP's shared space is 256).
         noise: norm of the Gaussian noise added to the unit-norm projected image.
+        description_tokens: 0 (default): paragraphs and long descriptions name the six
+            attributes in about 15-45 tokens. N: detail sentences that name no attribute
+            (light, framing, mood) fill each of them up to N tokens (``[CLS]``/``[SEP]``
+            included), between the attribute sentences, so that the attributes are spread
+            over the whole length and a text cut short loses some (the truncation
+            analysis, paper sec. 4.3). Captions and the short split do not change.
     """
 
     seed: int = 0
@@ -62,9 +68,11 @@ class SyntheticWorldConfig:
     num_eval: int = 300
     dim: int = 256
     noise: float = 0.05
+    description_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name, low in (("seed", 0), ("num_train", 1), ("num_eval", 1), ("dim", 1)):
+        for name, low in (("seed", 0), ("num_train", 1), ("num_eval", 1), ("dim", 1),
+                          ("description_tokens", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(
@@ -188,7 +196,7 @@ class SyntheticWorld:
             caption=caption,
             positives=tuple(positives),
             hard_negatives=tuple(hard_negatives),
-            paragraph=T.paragraph(rng, values),
+            paragraph=T.paragraph(rng, values, self.config.description_tokens),
             score=round(rng.uniform(5.0, 10.0), 1),
         )
 
@@ -219,7 +227,7 @@ class SyntheticWorld:
             if name == "short":
                 texts = self._captions(rng, values, _SHORT_PER_IMAGE)
             else:
-                texts = [T.long_description(rng, values)]
+                texts = [T.long_description(rng, values, self.config.description_tokens)]
             records.append({"id": image_id, "texts": texts})
         return records
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 import pytest
 
 pytest.importorskip("mmengine")
-from vlr_plugins.integrations.mmengine.console import ConsoleFilter, build_runner, third_party_warnings  # noqa: E402
+from vlr_plugins.integrations.mmengine.console import (  # noqa: E402
+    NOISE,
+    THIRD_PARTY_WARNINGS,
+    ConsoleFilter,
+    build_runner,
+    third_party_warnings,
+)
 
 
 def _record(level: int, message: str) -> logging.LogRecord:
@@ -32,26 +39,44 @@ def test_the_console_filter(level, message, shown, without_progress):
     assert ConsoleFilter(progress=False).filter(_record(level, message)) is without_progress
 
 
-def test_third_party_deprecations_are_hidden_in_the_block_only():
-    def third_party():
-        warnings.warn_explicit("old API", FutureWarning, "site-packages/lib.py", 1, module="somelib")
+def _warn_from(module: str, message: str, category: type[Warning]) -> None:
+    warnings.warn_explicit(message, category, module.replace(".", "/") + ".py", 1, module=module)
 
-    def ours():
-        warnings.warn_explicit("our deprecation", DeprecationWarning, "vlr.py", 1, module="vlr_plugins.x")
+
+def test_third_party_warnings_hides_each_listed_warning_by_message_category_and_module():
+    from torch.cuda.amp import GradScaler
+
+    amp = "mmengine.optim.optimizer.amp_optimizer_wrapper"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        GradScaler(enabled=False)  # torch's own text, attributed to the caller: this test
+    (deprecation,) = [str(w.message) for w in seen if w.category is FutureWarning]
+    notice = next(n for n in THIRD_PARTY_WARNINGS if n.category is FutureWarning)
+    assert re.match(notice.message, deprecation) and re.fullmatch(notice.emitter, amp)
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with third_party_warnings():
-            third_party()
-            ours()
+            _warn_from(amp, deprecation, FutureWarning)  # the listed one: hidden
+            _warn_from("vlr_plugins.losses.x", deprecation, FutureWarning)  # same text, our module
+            _warn_from(amp, deprecation, UserWarning)  # same text and module, another category
+            _warn_from(amp, "`torch.cuda.amp.autocast(args...)` is deprecated", FutureWarning)
+            _warn_from("somelib", "old API", DeprecationWarning)  # not listed
+            _warn_from("vlr_plugins.x", "our deprecation", DeprecationWarning)
             warnings.warn("a real problem", UserWarning)
-        assert [str(w.message) for w in seen] == ["our deprecation", "a real problem"]
-        third_party()  # the filters are restored outside the block
-        assert str(seen[-1].message) == "old API"
+        shown = [(str(w.message), w.category) for w in seen]
+        assert shown == [(deprecation, FutureWarning), (deprecation, UserWarning),
+                         ("`torch.cuda.amp.autocast(args...)` is deprecated", FutureWarning),
+                         ("old API", DeprecationWarning), ("our deprecation", DeprecationWarning),
+                         ("a real problem", UserWarning)]
+        _warn_from(amp, deprecation, FutureWarning)  # the filters are restored outside the block
+        assert str(seen[-1].message) == deprecation and len(seen) == 7
     with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("ignore")
         with third_party_warnings(verbose=True):
-            third_party()
-        assert [str(w.message) for w in seen] == ["old API"]
+            _warn_from(amp, deprecation, FutureWarning)
+            _warn_from("somelib", "old API", DeprecationWarning)
+        assert [str(w.message) for w in seen] == [deprecation, "old API"]
 
 
 def test_the_runner_logs_everything_to_its_file_and_little_to_the_console(tiny_world, tiny_encoder_cfg, tmp_path,
@@ -78,3 +103,51 @@ def test_the_runner_logs_everything_to_its_file_and_little_to_the_console(tiny_w
     assert "System environment" not in console and "Config:" not in console and "no metainfo" not in console
     for line in ("System environment", "Config:", "Epoch(train) [1][1/3]", "no metainfo"):
         assert line in log, line
+
+
+class _RealProblems:
+    """A hook that warns, as a run's own code would: a Python warning and a log record."""
+
+    def before_train(self, runner) -> None:
+        warnings.warn("the run's own warning", UserWarning)
+        runner.logger.warning("the run's own log warning")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_training_run_shows_real_warnings_and_none_of_the_noise(verbose, tiny_world, tiny_encoder_cfg, tmp_path,
+                                                                 capsys):
+    from mmengine.config import Config
+    from mmengine.hooks import Hook
+
+    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.recipe import load_recipe
+
+    recipe = load_recipe("paragraph/c5", {
+        "model": tiny_encoder_cfg,
+        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
+        "train": {"batch_size": 16, "epochs": 1, "num_workers": 0, "log_interval": 1},
+        "eval": [{"name": "long", "ann_file": tiny_world["eval_long"], "max_tokens": 128}]})
+    hook = type("RealProblemsHook", (_RealProblems, Hook), {})
+    try:
+        # pytest records warnings itself: show them as Python does by default, and keep the list
+        with warnings.catch_warnings(record=True) as seen, third_party_warnings(verbose):  # as `vlr train` runs
+            cfg = Config(recipe_to_mmengine_config(recipe, str(tmp_path / "work")))
+            runner = build_runner(cfg, verbose=verbose)
+            runner.register_hook(hook())
+            runner.train()
+            runner.test()
+        captured = capsys.readouterr()
+        log = (tmp_path / "work" / runner.timestamp / f"{runner.timestamp}.log").read_text()
+    finally:
+        logging.getLogger("mmengine").handlers.clear()
+    console = captured.out + captured.err
+    assert "the run's own warning" in [str(w.message) for w in seen]
+    assert "the run's own log warning" in console
+    assert "Epoch(train) [1][1/3]" in console
+    # every notice the run emitted is kept in its log; HardDiskBackend's comes once per process only,
+    # as FileClient caches its backends
+    emitted = [n for n in NOISE if re.search(n.message, log)]
+    assert [n.message for n in emitted if "HardDiskBackend" not in n.message] == [
+        n.message for n in NOISE if "HardDiskBackend" not in n.message]
+    for notice in NOISE:
+        assert bool(re.search(notice.message, console)) is (verbose and notice in emitted), notice.message

@@ -6,30 +6,68 @@ alike, its environment (~30 lines), the whole config (~200), the hook order (~60
 notices such as "Dataset ... has no metainfo" before the first step, so a user's own
 problem would sit below a few hundred lines. :func:`build_runner` keeps the log file
 complete and trims the console to :class:`ConsoleFilter`'s choice;
-:func:`third_party_warnings` scopes Python's deprecation warnings of the libraries a
-run uses. ``verbose`` shows everything, as MMEngine does.
+:func:`third_party_warnings` hides the Python warnings of :data:`THIRD_PARTY_WARNINGS`
+while a run is built and trained. Both drop only the messages listed here, each matched by
+its text and by who emits it (the logger, or the warning's category and module), so that
+any other warning, ours or a library's, still shows. ``verbose`` shows everything, as
+MMEngine does.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ConsoleFilter", "build_runner", "third_party_warnings"]
+__all__ = ["NOISE", "THIRD_PARTY_WARNINGS", "ConsoleFilter", "Notice", "build_runner", "third_party_warnings"]
 
-#: console notices that are no problem of the run's (kept in the log file)
-NOISE: tuple[str, ...] = (
-    "has no metainfo",                     # a dataset without MMEngine's metainfo
-    '"FileClient" will be deprecated',     # MMEngine's own deprecations, used by its hooks
-    '"HardDiskBackend" is the alias',
+
+@dataclass(frozen=True)
+class Notice:
+    """A message a library emits on every run that says nothing about the run.
+
+    ``message``: a regular expression matched at the start of the text. ``emitter``: the
+    logger's name (for :data:`NOISE`), or a regular expression the module a warning is
+    attributed to must match in full (for :data:`THIRD_PARTY_WARNINGS`). ``category``: the
+    warning class (``None`` for log records). ``source``: where it comes from and why.
+    """
+
+    message: str
+    emitter: str
+    source: str
+    category: type[Warning] | None = None
+
+
+#: MMEngine's log records that stay in the log file: its own deprecations and notices,
+#: logged through ``print_log(..., logger="current")`` to the "mmengine" logger
+NOISE: tuple[Notice, ...] = (
+    Notice(r"Dataset \w+ has no metainfo\.", "mmengine",
+           "mmengine.runner.loops (EpochBasedTrainLoop, ValLoop, TestLoop .__init__): a dataset "
+           "without ``metainfo``; ours have no class names or palette for a visualizer to show"),
+    Notice(r'"FileClient" will be deprecated in future\.', "mmengine",
+           "mmengine.fileio.file_client.FileClient.__new__, called by CheckpointHook.before_train "
+           "and LoggerHook.before_run even when no file_client_args is given"),
+    Notice(r'"HardDiskBackend" is the alias of "LocalBackend" and the former will be deprecated', "mmengine",
+           "mmengine.fileio.file_client.HardDiskBackend.__init__: the backend those FileClients pick "
+           "for a local work_dir"),
+)
+#: Python warnings that are not shown while a run is built and trained
+THIRD_PARTY_WARNINGS: tuple[Notice, ...] = (
+    Notice(r"`torch\.cuda\.amp\.GradScaler\(args\.\.\.\)` is deprecated",
+           r"mmengine\.optim\.optimizer\.amp_optimizer_wrapper",
+           "AmpOptimWrapper.__init__ (``train.amp`` on a GPU) builds torch.cuda.amp.GradScaler, "
+           "which torch deprecates in favour of torch.amp.GradScaler('cuda')",
+           FutureWarning),
 )
 #: INFO lines worth a console: the logger hook's progress and metrics, checkpoints
 PROGRESS: tuple[str, ...] = (
     "Epoch(", "Iter(", "Saving checkpoint", "Load checkpoint", "resumed epoch", "Auto resumed",
 )
+_NOISE = tuple((n.emitter, re.compile(n.message)) for n in NOISE)
 
 
 class ConsoleFilter(logging.Filter):
@@ -45,7 +83,7 @@ class ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if record.levelno >= logging.WARNING:
-            return not any(n in message for n in NOISE)
+            return not any(record.name == logger and pattern.match(message) for logger, pattern in _NOISE)
         return self.progress and message.startswith(PROGRESS)
 
 
@@ -74,12 +112,17 @@ def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> A
 
 @contextmanager
 def third_party_warnings(verbose: bool = False) -> Iterator[None]:
-    """Inside the block, ``DeprecationWarning`` / ``PendingDeprecationWarning`` /
-    ``FutureWarning`` raised outside ``vlr_plugins`` are not shown; with ``verbose`` all of
-    them are, once per place (Python's own filters would hide most deprecations); other
-    warnings are untouched. The filters are restored on exit."""
+    """Inside the block, the warnings of :data:`THIRD_PARTY_WARNINGS` (each by message,
+    category and module) are not shown, and every other warning follows the filters in
+    force. With ``verbose`` every ``DeprecationWarning``, ``PendingDeprecationWarning`` and
+    ``FutureWarning`` is shown, once per place (Python's own filters would hide most
+    deprecations). The filters are restored on exit."""
     with warnings.catch_warnings():
-        for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
-            warnings.filterwarnings("default" if verbose else "ignore", category=category)
-            warnings.filterwarnings("default", category=category, module=r"vlr_plugins(\.|$)")
+        if verbose:
+            for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+                warnings.filterwarnings("default", category=category)
+        else:
+            for notice in THIRD_PARTY_WARNINGS:
+                warnings.filterwarnings("ignore", message=notice.message, category=notice.category,
+                                        module=notice.emitter + "$")
         yield
