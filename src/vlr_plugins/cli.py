@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from vlr_plugins._argtypes import at_least
 from vlr_plugins.errors import MissingFileError, UsageError, UserError, run_cli
 from vlr_plugins.recipe.overrides import parse_set_items as _parse_set
 
@@ -626,20 +627,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _at_least(low: int):
-    """An argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {value}")
-        return value
-
-    return parse
-
-
 def _lavis_launcher():
     try:
         from vlr_plugins.integrations.lavis import launcher
@@ -846,8 +833,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mvc: multi-view-captions pretraining on a synthetic video world (default: paragraph demo)")
     s.add_argument("--out", help="output folder (default vlr-demo, or vlr-demo-mvc)")
     s.add_argument("--recipes", nargs="*", help="shipped recipe names (default: paragraph/c1 c5 c7)")
-    s.add_argument("--epochs", type=_at_least(1))
-    s.add_argument("--seed", type=_at_least(0), default=0)
+    s.add_argument("--epochs", type=at_least(1))
+    s.add_argument("--seed", type=at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     s.add_argument("--verbose", action="store_true",
                    help="show MMEngine's whole console output and every deprecation warning")

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any
 
+from vlr_plugins._argtypes import at_least
+
 __all__ = ["add_cli"]
 
 _RUN_ONLY = ("input", "out", "set", "stages", "shard_index", "shard_count", "limit", "cache", "no_cache",
@@ -115,18 +117,6 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return parse_set_items(items, example="roles.judge.concurrency=32")
 
 
-def _at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {text!r}")
-        return value
-    return parse
-
-
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr generate`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
     s = subparsers.add_parser(
@@ -143,17 +133,17 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--set", nargs="*", action="extend", metavar="KEY=VALUE",
                    help="pipeline overrides, e.g. roles.captioner.base_url=http://host:8000/v1")
     s.add_argument("--stages", nargs="+", metavar="STAGE", help="run only these stages (each may run elsewhere)")
-    s.add_argument("--shard-index", type=_at_least(0), default=0,
+    s.add_argument("--shard-index", type=at_least(0), default=0,
                    help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID)")
-    s.add_argument("--shard-count", type=_at_least(1), default=1, help="workers in the job array")
-    s.add_argument("--limit", type=_at_least(1), help="only the first N input records")
+    s.add_argument("--shard-count", type=at_least(1), default=1, help="workers in the job array")
+    s.add_argument("--limit", type=at_least(1), help="only the first N input records")
     s.add_argument("--cache", help="the answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--no-cache", action="store_true", help="keep no answer cache")
     s.add_argument("--no-merge", action="store_true", help="leave the corpus as parts (no corpus.jsonl)")
     s.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="ray: spread the parts over a Ray cluster (pip install 'vlr-plugins[ray]')")
     s.add_argument("--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a local one)")
-    s.add_argument("--ray-workers", type=_at_least(1), help="Ray workers (default: the cluster's GPUs, else CPUs)")
+    s.add_argument("--ray-workers", type=at_least(1), help="Ray workers (default: the cluster's GPUs, else CPUs)")
     s.add_argument("--plot", help="(stats) also plot the audit to this .png/.pdf/.svg")
     s.add_argument("--json", help="(stats) also write the audit as JSON")
     s.set_defaults(fn=_run)

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from vlr_plugins._argtypes import at_least
+
 __all__ = ["add_cli"]
 
 
@@ -93,18 +95,6 @@ def _captioner(args: argparse.Namespace, settings: Any) -> Any:
     return VideoCaptioner(emb.model, emb.processor, settings)
 
 
-def _at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {text!r}")
-        return value
-    return parse
-
-
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr caption`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
     s = subparsers.add_parser(
@@ -127,8 +117,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="start --out over")
     s.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                    help="vllm: bulk generation on GPUs (needs vllm and a GPU)")
-    s.add_argument("--batch-size", type=_at_least(1), default=1)
-    s.add_argument("--limit", type=_at_least(1), help="caption only the first N videos")
+    s.add_argument("--batch-size", type=at_least(1), default=1)
+    s.add_argument("--limit", type=at_least(1), help="caption only the first N videos")
     s.add_argument("--dtype", help="bfloat16, float16 or float32 (default: the checkpoint's)")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from vlr_plugins._argtypes import at_least
+
 __all__ = ["add_cli"]
 
 
@@ -54,16 +56,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}")
-    return value
-
-
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr lens`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
     s = subparsers.add_parser(
@@ -79,7 +71,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--text", action="append", help="a sentence (repeatable)")
     s.add_argument("--image", action="append", help="an image file (repeatable)")
     s.add_argument("--video", action="append", help="a video file (repeatable)")
-    s.add_argument("--top-k", type=_at_least_one, default=20)
+    s.add_argument("--top-k", type=at_least(1), default=20)
     s.add_argument("--out", default="vlr-lens", help="the folder for lens.json and lens.png")
     s.add_argument("--no-plot", action="store_true", help="no lens.png (no matplotlib needed)")
     s.add_argument("--dtype", help="bfloat16, float16 or float32 (default: the checkpoint's)")

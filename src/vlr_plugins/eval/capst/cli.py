@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from vlr_plugins._argtypes import at_least
+
 __all__ = ["add_cli"]
 
 
@@ -37,18 +39,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(kind: type, low: float) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected a value >= {low}, found {text!r}")
-        return value
-    return parse
-
-
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr capst`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
     s = subparsers.add_parser(
@@ -64,12 +54,12 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
                                        "(default: OPENAI_BASE_URL or OpenAI's)")
     s.add_argument("--judge-model", required=True, help="the model name the endpoint serves")
     s.add_argument("--judge-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    s.add_argument("--concurrency", type=_positive(int, 1), default=8)
-    s.add_argument("--timeout", type=_positive(float, 1), default=120.0, help="seconds per call")
-    s.add_argument("--max-retries", type=_positive(int, 0), default=6)
-    s.add_argument("--reasks", type=_positive(int, 0), default=3,
+    s.add_argument("--concurrency", type=at_least(1), default=8)
+    s.add_argument("--timeout", type=at_least(1, float), default=120.0, help="seconds per call")
+    s.add_argument("--max-retries", type=at_least(0), default=6)
+    s.add_argument("--reasks", type=at_least(0), default=3,
                    help="times a malformed answer is asked again before it counts as failed")
-    s.add_argument("--temperature", type=_positive(float, 0), default=0.0)
+    s.add_argument("--temperature", type=at_least(0, float), default=0.0)
     s.add_argument("--cache", help="answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--label", help="the model's name in the report (default: the captions file's stem)")
     s.add_argument("--category-field", default="category", help="the category key of metadata.json")
