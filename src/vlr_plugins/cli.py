@@ -729,7 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "For videos, --encoder is open_clip:MODEL[:PRETRAINED] (frame-pooled open_clip tower;\n"
                     "PRETRAINED a checkpoint file or an open_clip tag), a tower config (.yaml/.json: type:\n"
                     "FramePooledVideoEncoder or SpaceTimeViT, its arguments, optional checkpoint:),\n"
-                    "vlr:CHECKPOINT (the video tower a vlr train mvc/... run trained, docs/mvc.md), or\n"
+                    "vlr:CHECKPOINT (the video tower a vlr train mvc/... run trained, docs/mvc.md),\n"
+                    "mllm:FOLDER[:PROMPT] (a CaRe / E5-V MLLM folder or vlr export under an EOL prompt such\n"
+                    "as care or e5v; CaReBench: --frames 32 --sampler uniform; docs/care.md), or\n"
                     "module:callable giving a video tower: encode_video(frames (B, T, 3, H, W)) -> (B, D),\n"
                     "image_mean, image_std, image_size. Video stores are written resumably: a killed run\n"
                     "keeps what it wrote, and --resume finishes it (or adds new videos to a store). Videos\n"
@@ -741,7 +743,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="every video of the benchmarks in a `vlr eval` benchmarks file, with their item ids")
     s.add_argument("--encoder", required=True,
                    help="images: blip:<hub name or folder> (BlipForImageTextRetrieval) or module:callable; videos: "
-                        "open_clip:MODEL[:PRETRAINED], a tower config file or module:callable (see above)")
+                        "open_clip:MODEL[:PRETRAINED], a tower config file, vlr:CHECKPOINT, mllm:FOLDER[:PROMPT] "
+                        "or module:callable (see above)")
     s.add_argument("--out", required=True, help="the store folder to write")
     s.add_argument("--frames", type=_positive_int, help="frames per video (default 16)")
     s.add_argument("--sampler", choices=["rand", "middle", "uniform"],
@@ -766,10 +769,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
                     "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
+                    "mllm:FOLDER[:PROMPT], a CaRe / E5-V MLLM folder or vlr export under an EOL prompt (care, e5v);\n"
                     "or module:callable, an object with encode_text(texts) -> (N, D) (the module imported from\n"
                     "the current folder first; a class or function is called without arguments to make it).")
     s.add_argument("--model", required=True,
-                   help="a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG or module:callable")
+                   help="a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG, mllm:FOLDER[:PROMPT] "
+                        "or module:callable")
     s.add_argument("--benchmarks", required=True, help="YAML: benchmarks: [{name, reader, path, item_embeddings, ...}]")
     s.add_argument("--protocol", default="paragraph-supervision/table2",
                    help="per benchmark: token budget, frames and sampler, text view (eval/protocols.yaml); "
