@@ -253,7 +253,7 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
         check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
         images = list_images(args.images)
-        options = {"device": device} if args.encoder.startswith("blip:") else {}
+        options = {"device": device} if args.encoder.startswith(("blip:", "mllm:")) else {}
         encoder = load_encoder(args.encoder, setting="--encoder", **options)
         store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size or 64, dtype=dtype,
                                             meta={"encoder": args.encoder}, overwrite=args.overwrite,
@@ -725,7 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "does) and CALLABLE taken from it: a function, or an object with __call__, mapping a list\n"
                     "of RGB PIL images to an (n, D) tensor, one finite row per image; or a class whose\n"
                     "instances do (created without arguments). An int attribute `dim` and a str attribute\n"
-                    "`name` are used when present. blip:<hub name or folder> is BLIP's image side.\n\n"
+                    "`name` are used when present. blip:<hub name or folder> is BLIP's image side;\n"
+                    "mllm:FOLDER[:PROMPT] a CaRe / E5-V MLLM's (EOL prompt, docs/care.md).\n\n"
                     "For videos, --encoder is open_clip:MODEL[:PRETRAINED] (frame-pooled open_clip tower;\n"
                     "PRETRAINED a checkpoint file or an open_clip tag), a tower config (.yaml/.json: type:\n"
                     "FramePooledVideoEncoder or SpaceTimeViT, its arguments, optional checkpoint:),\n"
@@ -742,7 +743,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--benchmarks", metavar="YAML",
                         help="every video of the benchmarks in a `vlr eval` benchmarks file, with their item ids")
     s.add_argument("--encoder", required=True,
-                   help="images: blip:<hub name or folder> (BlipForImageTextRetrieval) or module:callable; videos: "
+                   help="images: blip:<hub name or folder> (BlipForImageTextRetrieval), mllm:FOLDER[:PROMPT] or "
+                        "module:callable; videos: "
                         "open_clip:MODEL[:PRETRAINED], a tower config file, vlr:CHECKPOINT, mllm:FOLDER[:PROMPT] "
                         "or module:callable (see above)")
     s.add_argument("--out", required=True, help="the store folder to write")
@@ -754,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_non_negative_int,
                    help="processes decoding videos, threads reading images (default 4; 0: none)")
     s.add_argument("--batch-size", type=_positive_int, help="items per encoder call (default 64 images, 16 videos)")
-    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (blip: and video encoders)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (blip:, mllm: and video encoders)")
     s.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="storage dtype of the store")
     s.add_argument("--resume", action="store_true",
                    help="keep the videos a killed run (or an earlier store) already holds and add the rest")

@@ -8,7 +8,7 @@ nothing, and leave the folder as it was.
 
 Placeholders: ``{tmp}`` the case's folder, ``{mllm}`` a tiny random Qwen2-VL saved with its
 processor, ``{csv}`` an MSR-VTT 1k-A file of three videos, ``{store}`` their 32-d store,
-``{videos}`` a folder of one video.
+``{videos}`` a folder of one video, ``{images}`` a folder of one image.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ QWEN2_LM = json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalL
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> dict[str, str]:
+    from PIL import Image
+
     from vlr_plugins.data import EmbeddingStoreWriter
 
     root = tmp_path_factory.mktemp("mllm-catalogue")
@@ -51,8 +53,10 @@ def world(tmp_path_factory) -> dict[str, str]:
         w.add(list(MSRVTT), torch.nn.functional.normalize(torch.randn(len(MSRVTT), 32), dim=-1))
     (root / "videos").mkdir()
     write_video(root / "videos" / "clip", num_frames=8)
+    (root / "images").mkdir()
+    Image.new("RGB", (32, 24), (200, 40, 10)).save(root / "images" / "red.png")
     return {"mllm": str(root / "tiny-qwen2vl"), "csv": str(csv), "store": str(root / "store"),
-            "videos": str(root / "videos")}
+            "videos": str(root / "videos"), "images": str(root / "images")}
 
 
 BENCH = "benchmarks:\n  - {name: msrvtt, reader: msrvtt, path: {csv}, item_embeddings: {store}}\n"
@@ -87,6 +91,9 @@ CASES = [
      _precompute("mllm:{tmp}/bert"), ["--encoder", "{tmp}/bert/config.json", "no multimodal LLM"]),
     ("precompute: a prompt name that is not shipped", {}, _precompute("mllm:{mllm}:E5V"),
      ["--encoder", "no EOL prompt named 'E5V'", "care, care_train, e5v, e5v_train"]),
+    ("precompute images: a model folder that is not there", {},
+     ["precompute", "--images", "{images}", "--encoder", "mllm:{tmp}/e5v-8b", "--out", "{tmp}/results"],
+     ["--encoder", "no such folder: {tmp}/e5v-8b"]),
 ]
 
 

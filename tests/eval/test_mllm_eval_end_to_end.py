@@ -93,3 +93,25 @@ def test_an_export_less_spec_takes_the_care_prompt_and_a_named_prompt_is_used(wo
     assert load_mllm_spec(f"mllm:{world['folder']}").prompt.name == "care"
     e5v = load_mllm_spec(f"mllm:{world['folder']}:e5v")
     assert e5v.prompt.name == "e5v" and not e5v.training
+
+
+def test_precompute_images_writes_the_rows_of_encode_image(world, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(0)
+    names = ["cat", "dog", "sea"]
+    for i, name in enumerate(names):
+        pixels = torch.randint(0, 256, (40 + 8 * i, 56, 3), generator=g, dtype=torch.uint8)
+        Image.fromarray(pixels.numpy()).save(folder / f"{name}.png")
+    spec = f"mllm:{world['folder']}:e5v"
+    store = tmp_path / "store"
+    assert main(["precompute", "--images", str(folder), "--encoder", spec, "--out", str(store)]) == 0
+    embedder = EOLEmbedder(world["folder"], prompt="e5v").eval()
+    written = EmbeddingStore(store)
+    assert written.meta["encoder"] == spec and written.dim == embedder.embedding_dim
+    for name in names:
+        with Image.open(folder / f"{name}.png") as im:
+            expected = embedder.encode_image([im.convert("RGB")])[0]
+        torch.testing.assert_close(written.get([name])[0], expected, atol=1e-5, rtol=0)

@@ -1,5 +1,5 @@
 """``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V embedder named on a command line, as ``vlr precompute
---encoder`` (its video side) and ``vlr eval --model`` (its text side) take it.
+--encoder`` (its video or image side) and ``vlr eval --model`` (its text side) take it.
 
 ``FOLDER`` is a transformers MLLM folder (or Hub id) or a ``vlr export`` of an
 :class:`~vlr_plugins.mllm.EOLEmbedder`; ``PROMPT`` a shipped EOL prompt family (``care``,
@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from vlr_plugins.errors import UsageError
 from vlr_plugins.mllm.embedder import EOLEmbedder
 from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.prompt import list_eol_prompts
 
-__all__ = ["MLLM_PREFIX", "load_mllm_spec", "split_mllm_spec"]
+__all__ = ["MLLM_PREFIX", "EOLImageEncoder", "load_mllm_spec", "split_mllm_spec"]
 
 MLLM_PREFIX = "mllm:"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -103,3 +106,28 @@ def load_mllm_spec(spec: str, *, setting: str = "--model", device: Any = None, *
         raise UsageError(setting, f"{spec!r}: {folder} is a text-only language model (its config has no "
                                   "vision_config); an mllm: spec needs a multimodal LLM that embeds videos")
     return embedder.eval()
+
+
+class EOLImageEncoder:
+    """The image side of an :class:`~vlr_plugins.mllm.EOLEmbedder` as ``vlr precompute --images``
+    calls an encoder: ``images`` (n PIL images) -> (n, D) float32 on the CPU, L2-normalised.
+
+    ``dim`` (D, the LLM's hidden size) and ``name`` (the spec) go into the store's meta.
+
+    Example::
+
+        >>> enc = EOLImageEncoder(load_mllm_spec("mllm:CaRe-7B:care"), "mllm:CaRe-7B:care")  # doctest: +SKIP
+        >>> enc([Image.open("cat.jpg").convert("RGB")]).shape  # doctest: +SKIP
+        torch.Size([1, 3584])
+    """
+
+    def __init__(self, embedder: EOLEmbedder, name: str) -> None:
+        self.embedder = embedder
+        self.dim: int = embedder.embedding_dim
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"EOLImageEncoder({self.name!r}, dim={self.dim})"
+
+    def __call__(self, images: Sequence[Any]) -> torch.Tensor:
+        return self.embedder.encode_image(list(images)).cpu()
