@@ -95,6 +95,15 @@ def test_an_export_less_spec_takes_the_care_prompt_and_a_named_prompt_is_used(wo
     assert e5v.prompt.name == "e5v" and not e5v.training
 
 
+def test_an_export_brings_its_own_prompt(world, tmp_path):
+    from vlr_plugins.hf import export_eol_embedder
+    from vlr_plugins.mllm import load_mllm_spec
+
+    out = export_eol_embedder(EOLEmbedder(world["folder"], prompt="e5v"), tmp_path / "e5v-tiny")
+    assert load_mllm_spec(f"mllm:{out}").prompt.text == load_mllm_spec(f"mllm:{world['folder']}:e5v").prompt.text
+    assert load_mllm_spec(f"mllm:{out}:care").prompt.name == "care"
+
+
 def test_precompute_images_writes_the_rows_of_encode_image(world, tmp_path):
     from PIL import Image
 
