@@ -253,7 +253,7 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
         check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
         images = list_images(args.images)
-        options = {"device": device} if args.encoder.startswith("blip:") else {}
+        options = {"device": device} if args.encoder.startswith(("blip:", "mllm:")) else {}
         encoder = load_encoder(args.encoder, setting="--encoder", **options)
         store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size or 64, dtype=dtype,
                                             meta={"encoder": args.encoder}, overwrite=args.overwrite,
@@ -725,11 +725,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "does) and CALLABLE taken from it: a function, or an object with __call__, mapping a list\n"
                     "of RGB PIL images to an (n, D) tensor, one finite row per image; or a class whose\n"
                     "instances do (created without arguments). An int attribute `dim` and a str attribute\n"
-                    "`name` are used when present. blip:<hub name or folder> is BLIP's image side.\n\n"
+                    "`name` are used when present. blip:<hub name or folder> is BLIP's image side;\n"
+                    "mllm:FOLDER[:PROMPT] a CaRe / E5-V MLLM's (EOL prompt, docs/care.md).\n\n"
                     "For videos, --encoder is open_clip:MODEL[:PRETRAINED] (frame-pooled open_clip tower;\n"
                     "PRETRAINED a checkpoint file or an open_clip tag), a tower config (.yaml/.json: type:\n"
                     "FramePooledVideoEncoder or SpaceTimeViT, its arguments, optional checkpoint:),\n"
-                    "vlr:CHECKPOINT (the video tower a vlr train mvc/... run trained, docs/mvc.md), or\n"
+                    "vlr:CHECKPOINT (the video tower a vlr train mvc/... run trained, docs/mvc.md),\n"
+                    "mllm:FOLDER[:PROMPT] (a CaRe / E5-V MLLM folder or vlr export under an EOL prompt such\n"
+                    "as care or e5v; CaReBench: --frames 32 --sampler uniform; docs/care.md), or\n"
                     "module:callable giving a video tower: encode_video(frames (B, T, 3, H, W)) -> (B, D),\n"
                     "image_mean, image_std, image_size. Video stores are written resumably: a killed run\n"
                     "keeps what it wrote, and --resume finishes it (or adds new videos to a store). Videos\n"
@@ -740,8 +743,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--benchmarks", metavar="YAML",
                         help="every video of the benchmarks in a `vlr eval` benchmarks file, with their item ids")
     s.add_argument("--encoder", required=True,
-                   help="images: blip:<hub name or folder> (BlipForImageTextRetrieval) or module:callable; videos: "
-                        "open_clip:MODEL[:PRETRAINED], a tower config file or module:callable (see above)")
+                   help="images: blip:<hub name or folder> (BlipForImageTextRetrieval), mllm:FOLDER[:PROMPT] or "
+                        "module:callable; videos: "
+                        "open_clip:MODEL[:PRETRAINED], a tower config file, vlr:CHECKPOINT, mllm:FOLDER[:PROMPT] "
+                        "or module:callable (see above)")
     s.add_argument("--out", required=True, help="the store folder to write")
     s.add_argument("--frames", type=_positive_int, help="frames per video (default 16)")
     s.add_argument("--sampler", choices=["rand", "middle", "uniform"],
@@ -751,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_non_negative_int,
                    help="processes decoding videos, threads reading images (default 4; 0: none)")
     s.add_argument("--batch-size", type=_positive_int, help="items per encoder call (default 64 images, 16 videos)")
-    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (blip: and video encoders)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (blip:, mllm: and video encoders)")
     s.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="storage dtype of the store")
     s.add_argument("--resume", action="store_true",
                    help="keep the videos a killed run (or an earlier store) already holds and add the rest")
@@ -766,10 +771,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
                     "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
+                    "mllm:FOLDER[:PROMPT], a CaRe / E5-V MLLM folder or vlr export under an EOL prompt (care, e5v);\n"
                     "or module:callable, an object with encode_text(texts) -> (N, D) (the module imported from\n"
                     "the current folder first; a class or function is called without arguments to make it).")
     s.add_argument("--model", required=True,
-                   help="a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG or module:callable")
+                   help="a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG, mllm:FOLDER[:PROMPT] "
+                        "or module:callable")
     s.add_argument("--benchmarks", required=True, help="YAML: benchmarks: [{name, reader, path, item_embeddings, ...}]")
     s.add_argument("--protocol", default="paragraph-supervision/table2",
                    help="per benchmark: token budget, frames and sampler, text view (eval/protocols.yaml); "

@@ -34,6 +34,9 @@ def test_what_a_model_spec_names():
     assert text_model_source("my_models:make_clip") == "python"
     assert text_model_source("pkg.sub:Factory.build") == "python"
     assert text_model_source("work_dirs/c5/epoch_10.pth") == "checkpoint"
+    # a folder name alone would read as module:attr; the prefix decides first
+    assert text_model_source("mllm:care7b:care") == "mllm"
+    assert text_model_source("mllm:/models/CaRe-7B") == "mllm"
     assert isinstance(Recorder(), TextModel)
 
 

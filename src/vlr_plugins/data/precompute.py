@@ -11,7 +11,8 @@ What ``vlr precompute --images SRC --encoder SPEC --out STORE`` expects:
   gives ``{"id": ..., "path": ...}``. The ids of the training samples (``"id"``) and of
   the benchmark readers' items must be these ids.
 - **The encoder spec.** ``blip:<hub name or folder>`` is BLIP's frozen image side
-  (:class:`BlipImageEncoder`). ``module:callable`` (e.g. ``my_encoders:clip_l14``) is any
+  (:class:`BlipImageEncoder`); ``mllm:FOLDER[:PROMPT]`` a CaRe / E5-V MLLM's
+  (:class:`~vlr_plugins.mllm.model_spec.EOLImageEncoder`). ``module:callable`` (e.g. ``my_encoders:clip_l14``) is any
   Python object the command can import, the current folder searched first: a function
   or an object with ``__call__(images: list[PIL.Image.Image]) -> Tensor`` returning one
   finite row per image, (n, D); or a class, instantiated without arguments, whose
@@ -250,6 +251,9 @@ def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> 
       ``dtype``) go to it. A model that cannot be loaded (not downloaded and no network,
       an unknown name, a folder without the files) is one
       :class:`~vlr_plugins.errors.ModelLoadError` naming it and ``setting``.
+    - ``"mllm:FOLDER[:PROMPT]"``: the image side of a CaRe / E5-V MLLM
+      (:class:`~vlr_plugins.mllm.model_spec.EOLImageEncoder`); ``kwargs`` (``device``) go to
+      :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`.
     - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` (the current
       folder is searched first, as ``python -m`` does) and takes ``attr``. A class is
       instantiated with ``kwargs``; anything else (a function, an instance) is returned
@@ -264,6 +268,10 @@ def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> 
     ``AttributeError`` for a module that cannot be imported or lacks the attribute).
     """
     what = f"{setting} {spec!r}"
+    if spec.startswith("mllm:"):
+        from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_spec
+
+        return EOLImageEncoder(load_mllm_spec(spec, setting=setting, **kwargs), spec)
     if spec.startswith("blip:"):
         path = spec[len("blip:") :]
         if not path:

@@ -1,5 +1,6 @@
 """Video towers named by a string, as ``vlr precompute --encoder`` names them: an open_clip
-model, a tower config file, or a Python object imported from the current folder."""
+model, a tower config file, a trained checkpoint, an MLLM embedder (``mllm:``), or a Python
+object imported from the current folder."""
 
 from __future__ import annotations
 
@@ -237,6 +238,12 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
       (an MVC recipe): rebuilt from the architecture the checkpoint records
       (``meta['vlr_video_encoder']``) and its ``video_encoder.`` weights; the file is read
       with ``torch.load(weights_only=True)``.
+    - ``"mllm:FOLDER[:PROMPT]"``: the video side of a CaRe / E5-V
+      :class:`~vlr_plugins.mllm.EOLEmbedder` (an MLLM folder or a ``vlr export`` of one, under
+      the EOL prompt ``PROMPT``, default the export's own or ``care``;
+      :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`). It sees the frames the caller
+      samples (``vlr precompute --frames/--sampler``; CaReBench: 32, uniform), resized by its
+      processor.
     - ``"module.sub:attr"``: imports ``module.sub`` (the current folder first, as ``python -m``
       does) and takes ``attr``: a tower itself, or a class or function called without
       arguments that returns one.
@@ -257,6 +264,10 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
     what = f"{setting} {spec!r}"
     if spec.startswith("open_clip:"):
         tower = _open_clip_encoder(spec[len("open_clip:"):], what, setting)
+    elif spec.startswith("mllm:"):
+        from vlr_plugins.mllm.model_spec import load_mllm_spec
+
+        tower = load_mllm_spec(spec, setting=setting, device=device)
     elif spec.startswith(_TRAINED_PREFIX):
         tower = _trained_encoder(spec[len(_TRAINED_PREFIX):], what)
     elif Path(spec).suffix.lower() in _CONFIG_SUFFIXES:

@@ -23,7 +23,8 @@ texts) -> (P,)``                                  text) pairs, higher is a bette
 
 Our checkpoints (``vlr train``, ``blip:``) are scored through their tokenizer (the CLI's
 path); ``open_clip:MODEL:CHECKPOINT_OR_TAG`` through
-:class:`~vlr_plugins.eval.open_clip_text.OpenCLIPTextModel`.
+:class:`~vlr_plugins.eval.open_clip_text.OpenCLIPTextModel`; ``mllm:FOLDER[:PROMPT]`` (CaRe,
+E5-V) through :meth:`~vlr_plugins.mllm.EOLEmbedder.encode_text`.
 """
 
 from __future__ import annotations
@@ -159,11 +160,14 @@ def match_reranker(model: Any, item_ids: Sequence[str], texts: Sequence[str],
 
 
 def text_model_source(spec: str) -> str:
-    """What ``--model spec`` names: ``"open_clip"`` (``open_clip:...``), ``"python"``
-    (``module.sub:attr``, not a path that exists) or ``"checkpoint"`` (a ``vlr train``
-    checkpoint or ``blip:<name>``; anything else is taken for a checkpoint path)."""
+    """What ``--model spec`` names: ``"open_clip"`` (``open_clip:...``), ``"mllm"``
+    (``mllm:FOLDER[:PROMPT]``), ``"python"`` (``module.sub:attr``, not a path that exists) or
+    ``"checkpoint"`` (a ``vlr train`` checkpoint or ``blip:<name>``; anything else is taken
+    for a checkpoint path)."""
     if spec.startswith("open_clip:"):
         return "open_clip"
+    if spec.startswith("mllm:"):
+        return "mllm"
     if spec.startswith("blip:") or os.path.exists(spec):
         return "checkpoint"
     return "python" if _PYTHON_SPEC.match(spec) else "checkpoint"
@@ -194,10 +198,13 @@ def _python_model(spec: str, setting: str) -> Any:
 
 
 def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.device = "cpu") -> Any:
-    """The text model ``spec`` names, for ``open_clip:`` and ``module:callable`` specs.
+    """The text model ``spec`` names, for ``open_clip:``, ``mllm:`` and ``module:callable`` specs.
 
     - ``open_clip:MODEL:CHECKPOINT_OR_TAG``: an open_clip or Long-CLIP model
       (:func:`~vlr_plugins.eval.open_clip_text.load_open_clip_text_model`), on ``device``;
+    - ``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V :class:`~vlr_plugins.mllm.EOLEmbedder` (an MLLM
+      folder or a ``vlr export``; :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`), on
+      ``device``: its ``encode_text`` embeds each text under the EOL prompt;
     - ``module.sub:attr``: ``attr`` of ``module.sub`` (the current folder searched first):
       an object with ``encode_text``, or a class or function that returns one when
       called without arguments. It is used as returned (an ``nn.Module`` is put in eval
@@ -212,6 +219,10 @@ def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.
         from vlr_plugins.eval.open_clip_text import load_open_clip_text_model
 
         return load_open_clip_text_model(spec[len("open_clip:"):], setting=setting, device=device)
+    if source == "mllm":
+        from vlr_plugins.mllm.model_spec import load_mllm_spec
+
+        return load_mllm_spec(spec, setting=setting, device=device)
     if source == "python":
         return _python_model(spec, setting)
     raise ValueError(f"{spec!r} names a checkpoint, which is loaded with its tokenizer, not by load_text_model")

@@ -14,6 +14,8 @@
 * :class:`VLLMEmbedder`, :class:`VLLMVideoCaptioner`, :func:`require_vllm` -- the same
   embeddings and captions by vLLM on GPUs (refused, saying why, without vLLM or a GPU).
 * :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
+* :func:`load_mllm_spec`, :class:`EOLImageEncoder` -- ``mllm:FOLDER[:PROMPT]``, the spec
+  ``vlr precompute --encoder`` and ``vlr eval --model`` take (CaReBench evaluation).
 * :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
   :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
   settings as data, written to a resumable, kill-safe JSON Lines file.
@@ -35,6 +37,7 @@ from vlr_plugins.mllm.captions_file import CaptionsFile
 from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
 from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
 from vlr_plugins.mllm.loading import load_eol_embedder
+from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_spec
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
@@ -57,6 +60,8 @@ __all__ = [
     "EOLTripletsDataset",
     "collate_eol_triplets",
     "load_eol_embedder",
+    "load_mllm_spec",
+    "EOLImageEncoder",
     "logit_lens",
     "plot_lens",
     "LensResult",

@@ -1,0 +1,133 @@
+"""``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V embedder named on a command line, as ``vlr precompute
+--encoder`` (its video or image side) and ``vlr eval --model`` (its text side) take it.
+
+``FOLDER`` is a transformers MLLM folder (or Hub id) or a ``vlr export`` of an
+:class:`~vlr_plugins.mllm.EOLEmbedder`; ``PROMPT`` a shipped EOL prompt family (``care``,
+``e5v``, ...) or a prompt YAML file. Without ``PROMPT``: the export's own prompts, else
+``care`` (:func:`~vlr_plugins.mllm.load_eol_embedder`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from vlr_plugins.errors import UsageError
+from vlr_plugins.mllm.embedder import EOLEmbedder
+from vlr_plugins.mllm.loading import load_eol_embedder
+from vlr_plugins.mllm.prompt import list_eol_prompts
+
+__all__ = ["MLLM_PREFIX", "EOLImageEncoder", "load_mllm_spec", "split_mllm_spec"]
+
+MLLM_PREFIX = "mllm:"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FORM = "mllm:FOLDER[:PROMPT] (a transformers MLLM folder or a vlr export; PROMPT e.g. care or e5v)"
+
+
+def split_mllm_spec(spec: str, setting: str = "--model") -> tuple[str, str | None]:
+    """``"mllm:FOLDER[:PROMPT]"`` -> ``(FOLDER, PROMPT or None)``.
+
+    A ``FOLDER`` that exists as written is taken whole (so a path may hold a colon);
+    otherwise the text after the last colon is the prompt. A malformed spec is a
+    :class:`~vlr_plugins.errors.UsageError` naming ``setting``.
+    """
+    if not spec.startswith(MLLM_PREFIX):
+        raise UsageError(setting, f"{spec!r} is not an mllm: spec; expected {_FORM}")
+    rest = spec[len(MLLM_PREFIX):]
+    if os.path.exists(rest) or ":" not in rest:
+        folder, prompt = rest, None
+    else:
+        folder, _, prompt = rest.rpartition(":")
+    if not folder:
+        raise UsageError(setting, f"{spec!r} names no model folder; expected {_FORM}")
+    return folder, prompt or None
+
+
+def _check_prompt(prompt: str | None, spec: str, setting: str) -> None:
+    if prompt is None or prompt.endswith((".yaml", ".yml")) or os.path.isfile(prompt):
+        return
+    shipped = list_eol_prompts()
+    if prompt not in shipped:
+        raise UsageError(setting, f"{spec!r}: no EOL prompt named {prompt!r}; the shipped prompts are "
+                                  f"{', '.join(sorted(shipped))} (or give a prompt YAML file)")
+
+
+def _check_folder(folder: str, spec: str, setting: str) -> None:
+    if os.path.isdir(folder):
+        path = os.path.join(folder, "config.json")
+        if not os.path.isfile(path):
+            raise UsageError(setting, f"{spec!r}: {folder} holds no config.json, so it is not a transformers "
+                                      f"model folder; expected {_FORM}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UsageError(setting, f"{spec!r}: {path} is not valid JSON ({e})") from None
+        eol = config.get("vlr_eol") if isinstance(config, dict) else None
+        adapter = isinstance(eol, dict) and eol.get("adapter")  # the base model it names holds the config
+        if not adapter and not (isinstance(config, dict) and config.get("vision_config")):
+            kind = config.get("model_type") if isinstance(config, dict) else None
+            raise UsageError(setting, f"{spec!r}: {path} describes no multimodal LLM (no vision_config"
+                                      + (f"; model_type {kind!r}" if kind else "") + "); an mllm: spec needs "
+                                      "one that embeds videos, such as Qwen2-VL or a vlr export of CaRe")
+        return
+    if os.path.exists(folder):
+        raise UsageError(setting, f"{spec!r}: {folder} is a file; expected a model folder ({_FORM})")
+    if not _HUB_ID.match(folder) or folder.startswith((".", "~")):
+        raise UsageError(setting, f"{spec!r}: no such folder: {folder}")
+
+
+def load_mllm_spec(spec: str, *, setting: str = "--model", device: Any = None, **kwargs: Any) -> EOLEmbedder:
+    """The :class:`~vlr_plugins.mllm.EOLEmbedder` ``spec`` names, in eval mode on ``device``.
+
+    ``spec`` is ``mllm:FOLDER[:PROMPT]`` (module docstring); ``kwargs`` go to
+    :func:`~vlr_plugins.mllm.load_eol_embedder` (``dtype``, ...). Refused, naming ``setting``,
+    with a :class:`~vlr_plugins.errors.UsageError`: a folder that is not there or holds no
+    model, an unknown prompt name (the message lists the shipped ones), and a text-only
+    language model (it embeds no videos); a model that cannot be loaded is a
+    :class:`~vlr_plugins.errors.ModelLoadError`.
+
+    Example::
+
+        >>> emb = load_mllm_spec("mllm:Qwen/Qwen2-VL-7B-Instruct:care", device="cuda")  # doctest: +SKIP
+        >>> emb.encode_text(["A dog runs."]).shape  # doctest: +SKIP
+        torch.Size([1, 3584])
+    """
+    folder, prompt = split_mllm_spec(spec, setting)
+    _check_prompt(prompt, spec, setting)
+    _check_folder(folder, spec, setting)
+    embedder = load_eol_embedder(folder, prompt=prompt, setting=setting, device=device, **kwargs)
+    if embedder.kind != "mllm":
+        raise UsageError(setting, f"{spec!r}: {folder} is a text-only language model (its config has no "
+                                  "vision_config); an mllm: spec needs a multimodal LLM that embeds videos")
+    return embedder.eval()
+
+
+class EOLImageEncoder:
+    """The image side of an :class:`~vlr_plugins.mllm.EOLEmbedder` as ``vlr precompute --images``
+    calls an encoder: ``images`` (n PIL images) -> (n, D) float32 on the CPU, L2-normalised.
+
+    ``dim`` (D, the LLM's hidden size) and ``name`` (the spec) go into the store's meta.
+
+    Example::
+
+        >>> enc = EOLImageEncoder(load_mllm_spec("mllm:CaRe-7B:care"), "mllm:CaRe-7B:care")  # doctest: +SKIP
+        >>> enc([Image.open("cat.jpg").convert("RGB")]).shape  # doctest: +SKIP
+        torch.Size([1, 3584])
+    """
+
+    def __init__(self, embedder: EOLEmbedder, name: str) -> None:
+        self.embedder = embedder
+        self.dim: int = embedder.embedding_dim
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"EOLImageEncoder({self.name!r}, dim={self.dim})"
+
+    def __call__(self, images: Sequence[Any]) -> torch.Tensor:
+        return self.embedder.encode_image(list(images)).cpu()
