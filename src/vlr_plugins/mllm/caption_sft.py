@@ -22,10 +22,10 @@ from torch.utils.data import Dataset
 from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.video_captions import VideoCaption, read_video_captions
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.mllm.media_input import VideoInput
+from vlr_plugins.mllm.media_input import VideoInput, processor_video_kwargs
 
 __all__ = ["CAPTION_INSTRUCTION", "IGNORE_INDEX", "VideoCaptionSFTDataset", "collate_caption_sft",
-           "caption_chat", "video_processor_kwargs"]
+           "caption_chat"]
 
 #: CaRe's stage-I fine-tuning prompt (paper sec. 4.1; CaReBench's ``describe_prompt``)
 CAPTION_INSTRUCTION = "Describe the video in detail."
@@ -59,22 +59,6 @@ def caption_chat(processor: Any, caption: str, instruction: str = CAPTION_INSTRU
         raise ConfigError("VideoCaptionSFTDataset: the chat template does not write the assistant's turn after "
                           "its generation prompt, so the prompt tokens cannot be told from the caption's")
     return prompt, full[len(prompt):].rstrip()
-
-
-def video_processor_kwargs(processor: Any, spec: VideoInput) -> dict[str, Any]:
-    """The processor arguments that make ``spec``'s pixel limits the whole resize rule:
-    ``size={"shortest_edge": min_pixels, "longest_edge": max_pixels}``, no per-frame share
-    of a token budget, no frame sampling of its own (the frames given are the frames seen)."""
-    proc = getattr(processor, "video_processor", None)
-    kw: dict[str, Any] = {}
-    size = spec.size(dict(getattr(proc, "size", None) or {}))
-    if size is not None:
-        kw["size"] = size
-    if hasattr(proc, "cap_pixels_per_frame"):
-        kw["cap_pixels_per_frame"] = False
-    if hasattr(proc, "do_sample_frames"):
-        kw["do_sample_frames"] = False
-    return kw
 
 
 def _load_processor(path: str) -> Any:
@@ -164,7 +148,7 @@ class VideoCaptionSFTDataset(Dataset):
         tok = getattr(proc, "tokenizer", None) or proc
         prompt, answer = caption_chat(proc, self.pairs[index].caption, self.instruction)
         inputs = proc(text=[prompt], videos=[self.frames(index)], return_tensors="pt",
-                      **video_processor_kwargs(proc, self.video_input))
+                      **processor_video_kwargs(proc, self.video_input))
         prompt_ids = inputs["input_ids"][0]
         answer_ids = torch.tensor(tok(answer, add_special_tokens=False)["input_ids"], dtype=torch.long)
         item = {"input_ids": torch.cat([prompt_ids.long(), answer_ids]),
