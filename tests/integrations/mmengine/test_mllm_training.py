@@ -197,3 +197,49 @@ def test_vlr_train_runs_a_care_recipe_filled_from_the_command_line(tiny_folder, 
     if not torch.cuda.is_available():  # the recipe's mixed precision is refused up front, with the way out
         assert main(argv[:-2] + ["env_cfg.dist_cfg.backend=gloo"]) == 2
         assert "AmpOptimWrapper" in capsys.readouterr().err
+
+
+def test_vlr_train_care_resumes_after_kill(tiny_folder, nli_csv, tmp_path):
+    """``vlr train care/stage2_paper`` killed with SIGKILL once its first epoch's checkpoint is
+    written, then ``--resume auto``: the run ends where an uninterrupted one would (3 epochs
+    of 20 steps), with AdamW's state carried on."""
+    import signal
+    import subprocess
+    import time
+
+    from vlr_plugins.cli import main
+
+    work = tmp_path / "run"
+    argv = ["train", "care/stage2_paper", "--train", nli_csv, "--work-dir", str(work),
+            "--set", f"model.embedder.pretrained={tiny_folder}", f"train_dataloader.dataset.tokenizer={tiny_folder}",
+            "train_dataloader.batch_size=1", "train_dataloader.num_workers=0",
+            "train_dataloader.persistent_workers=false", "train_cfg.max_epochs=3",
+            "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}",
+            "env_cfg.dist_cfg.backend=gloo"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "vlr_plugins.cli", *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not (work / "last_checkpoint").exists():
+            if proc.poll() is not None:
+                pytest.fail(f"training stopped with status {proc.returncode} before its first checkpoint: "
+                            f"{proc.stderr.read().decode()[-2000:]}")
+            assert time.monotonic() < deadline, "no checkpoint after 300 s"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    first = torch.load((work / "last_checkpoint").read_text().strip(), map_location="cpu", weights_only=True)
+    assert first["meta"]["epoch"] < 3
+    assert main([*argv, "--resume", "auto"]) == 0
+    ckpt = torch.load(work / "epoch_3.pth", map_location="cpu", weights_only=True)
+    assert ckpt["meta"]["epoch"] == 3 and ckpt["meta"]["iter"] == 60
+    assert {int(s["step"]) for s in ckpt["optimizer"]["state"].values()} == {60}, "AdamW's state went on"
+    assert len(ckpt["param_schedulers"]) == len(first["param_schedulers"]) > 0
+    straight = tmp_path / "straight"  # the same run, never killed: the schedules end in the same place
+    assert main([*[a if a != str(work) else str(straight) for a in argv]]) == 0
+    reference = torch.load(straight / "epoch_3.pth", map_location="cpu", weights_only=True)
+    assert ([s["last_step"] for s in ckpt["param_schedulers"]]
+            == [s["last_step"] for s in reference["param_schedulers"]]), "the schedules went on"
