@@ -54,7 +54,7 @@ class MVCDemoConfig:
     width: int = 64
     depth: int = 2
     embed_dim: int = 32
-    epochs: int = 12
+    epochs: int = 20
     batch_size: int = 8
     lr: float = 5e-3
     init_std: float = 0.1
