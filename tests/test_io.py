@@ -64,3 +64,16 @@ def test_a_read_only_folder_is_refused(tmp_path):
             check_output_dir(locked / "results", "--out")
     finally:
         locked.chmod(0o755)
+
+
+def test_replace_dir_puts_the_new_folder_in_place_of_the_old_one(tmp_path):
+    from vlr_plugins._io import replace_dir
+
+    out = tmp_path / "export"
+    for version in ("one", "two"):
+        tmp = tmp_path / f".export.{version}.tmp"
+        tmp.mkdir()
+        (tmp / "version.txt").write_text(version)
+        replace_dir(tmp, out)
+        assert not tmp.exists() and (out / "version.txt").read_text() == version
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # the old folder is gone, nothing aside

@@ -1,4 +1,4 @@
-"""Atomic file writes: a reader never sees a half-written file."""
+"""Atomic file writes: a reader never sees a half-written file or folder."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "replace_dir"]
 
 
 @contextlib.contextmanager
@@ -67,3 +67,21 @@ def check_output_dir(path: str | os.PathLike, option: str, *, replaced_whole: bo
         problem = (f"cannot write into {path}: the folder is not writable" if existing == path
                    else f"cannot write {path}: the folder {existing} is not writable")
         raise UsageError(option, problem)
+
+
+def replace_dir(tmp: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+    """Move the finished folder ``tmp`` to ``out_dir``, replacing a folder already there.
+
+    The old folder is first renamed aside and deleted only once ``tmp`` is in place, so
+    ``out_dir`` holds either the old or the new contents at every moment, never a mix.
+    """
+    import shutil
+
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
+        os.rename(out_dir, old)
+        os.rename(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out_dir)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins._io import replace_dir
 from vlr_plugins.data.errors import OutputExistsError
 from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import ConfigError, loading_pretrained
@@ -219,13 +220,7 @@ def export_text_encoder(
                 raise ValueError(f"extra file names are plain names in the folder, found {name!r}")
             (tmp / name).write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
         _check_export(tmp, model, model_cls, verify)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins._io import replace_dir
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.hf.export import check_export_target
 
@@ -215,13 +216,7 @@ def export_eol_embedder(
             raise RuntimeError(f"export wrote files that would need unpickling to load: {pickled}")
         if verify:
             _verify(verify_folder, expected, what)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
