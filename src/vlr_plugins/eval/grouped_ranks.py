@@ -28,6 +28,7 @@ from itertools import pairwise
 
 import torch
 
+from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
 from vlr_plugins.eval._tiles import (
     ScoreMatrix,
     count_above,
@@ -48,15 +49,15 @@ def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
     b_k..b_{k+1} - 1 and their texts), or None when the texts are not grouped by item in
     item order, or when one item has more texts than a tile holds.
 
-    A tile holds as many scores as a :func:`~vlr_plugins.eval._tiles.tile_shape` tile;
-    blocks take ``matrix.chunk_size`` items (default: the tile's area over the mean number
-    of texts per item, square root), fewer where their texts, padded to a multiple of
-    :data:`TEXT_ALIGN`, would not fit.
+    A tile holds a worker's share of a :func:`~vlr_plugins.eval._tiles.tile_budget`
+    (:func:`worker_budget`); blocks take ``matrix.chunk_size`` items (default: the tile's
+    area over the mean number of texts per item, square root), fewer where their texts,
+    padded to a multiple of :data:`TEXT_ALIGN`, would not fit.
     """
     owner, n_items, n_texts = matrix.owner, matrix.n_items, matrix.n_texts
     if n_texts > 1 and bool((owner[1:] < owner[:-1]).any()):
         return None
-    budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
+    _, budget = worker_budget(matrix)
     rows = matrix.chunk_size or max(1, math.isqrt(budget * n_items // n_texts))
     rows = min(rows, n_items, budget)
     cols = _aligned_down(budget // rows)
@@ -71,68 +72,106 @@ def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
     return bounds
 
 
+def worker_budget(matrix: ScoreMatrix) -> tuple[int, int]:
+    """(workers, scores per worker's tile): the matrix's tile budget shared among the
+    :func:`~vlr_plugins.eval._tile_workers.tile_workers` that visit its tiles at once."""
+    budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
+    workers = tile_workers(budget, matrix.device)
+    return workers, budget // workers
+
+
+class _Worker:
+    """One worker's tile buffers (a tile of at most ``rows`` items x ``cols`` aligned
+    texts and its work buffer, their rows of embeddings) and its own texts-ahead counts
+    of every item, which tiles of several text blocks add to."""
+
+    def __init__(self, matrix: ScoreMatrix, rows: int, cols: int, ones: torch.Tensor,
+                 ahead_of_items: torch.Tensor) -> None:
+        device = matrix.device
+        self.matrix, self.ones = matrix, ones
+        self.item_rows = torch.empty(rows, matrix.dim, device=device)
+        self.text_rows = torch.empty(cols, matrix.dim, device=device)
+        self.buffers = torch.empty(2, rows * cols, device=device)
+        self.ahead_of_items = torch.zeros_like(ahead_of_items)
+
+    def load_texts(self, t0: int, t1: int) -> None:
+        """Texts t0..t1 - 1 into the text rows, zero rows up to the aligned width."""
+        self.matrix.texts.load(slice(t0, t1), self.text_rows[:_aligned_up(t1 - t0)])
+
+    def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tile's scores against the loaded texts and its work buffer, (items, texts)
+        views of (items, aligned) blocks."""
+        (a0, a1), (t0, t1) = item_block, text_block
+        self.matrix.items.load(slice(a0, a1), self.item_rows[:a1 - a0])
+        shape = (a1 - a0, _aligned_up(t1 - t0))
+        scores, work = (b[:shape[0] * shape[1]].view(shape) for b in self.buffers)
+        torch.mm(self.item_rows[:a1 - a0], self.text_rows[:shape[1]].T, out=scores)
+        return scores[:, :t1 - t0], work[:, :t1 - t0]
+
+
 def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(N,) 0-based rank of every item's best text and (M,) of every text's owner, over the
     diagonal blocks ``bounds`` (from :func:`diagonal_blocks`); ties as in
-    :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`."""
+    :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`. On CPU the tiles are shared among
+    :func:`worker_budget`'s workers (:mod:`~vlr_plugins.eval._tile_workers`)."""
     device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
     texts = list(pairwise(text_bounds))
     rows = max(b - a for a, b in items)
     cols = _aligned_up(max(b - a for a, b in texts))
-    item_rows = torch.empty(rows, matrix.dim, device=device)
-    text_rows = torch.empty(cols, matrix.dim, device=device)
-    buffers = torch.empty(2, rows * cols, device=device)
     ones = torch.ones(max(rows, cols), device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
+    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items)
+               for _ in range(min(worker_budget(matrix)[0], len(items)))]
     positive_score = torch.empty(n_texts, device=device)
     best_score = torch.empty(n_items, device=device)
     redo_items = torch.zeros(n_items, dtype=torch.bool, device=device)
     redo_texts = torch.zeros(n_texts, dtype=torch.bool, device=device)
 
-    def load_texts(t0: int, t1: int) -> None:  # zero rows up to the aligned width
-        matrix.texts.load(slice(t0, t1), text_rows[:_aligned_up(t1 - t0)])
+    def diagonal(worker: _Worker, block: int) -> None:
+        """Block ``block``'s diagonal tile: its thresholds, exact ties and counts (each
+        block writes only its own items' and texts' entries)."""
+        (a0, a1), (t0, t1) = items[block], texts[block]
+        worker.load_texts(t0, t1)
+        scores, work = worker.score((a0, a1), (t0, t1))
+        local_owner = matrix.owner[t0:t1] - a0
+        positive = scores[local_owner, matrix.arange(t1 - t0)]
+        best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(0, local_owner, positive, "amax")
+        positive_score[t0:t1], best_score[a0:a1] = positive, best
+        ties = torch.zeros(t1 - t0, device=device)
+        count_above(scores, positive, work, 0, ties, ones, compare=torch.eq)
+        redo_texts[t0:t1] = ties > 1
+        ties = torch.zeros(a1 - a0, device=device)
+        count_above(scores, best[:, None], work, 1, ties, ones, compare=torch.eq)
+        redo_items[a0:a1] = ties > 1
+        count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
+        count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
 
-    def score(item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tile's scores and its work buffer, (items, texts) views of (items, aligned) blocks."""
-        (a0, a1), (t0, t1) = item_block, text_block
-        matrix.items.load(slice(a0, a1), item_rows[:a1 - a0])
-        shape = (a1 - a0, _aligned_up(t1 - t0))
-        scores, work = (b[:shape[0] * shape[1]].view(shape) for b in buffers)
-        torch.mm(item_rows[:a1 - a0], text_rows[:shape[1]].T, out=scores)
-        return scores[:, :t1 - t0], work[:, :t1 - t0]
+    def column(worker: _Worker, c: int) -> None:
+        """Every other tile of text block ``c``: its texts' counts here, its items' counts
+        in the worker's own accumulator."""
+        t0, t1 = texts[c]
+        worker.load_texts(t0, t1)
+        for r, (a0, a1) in enumerate(items):
+            if r == c:
+                continue
+            scores, work = worker.score((a0, a1), (t0, t1))
+            # r < c: these items come before the texts' owners, these texts after the items' best
+            text_threshold = (positive_down if r < c else positive_score)[t0:t1]
+            item_threshold = (best_score if r < c else best_down)[a0:a1, None]
+            count_above(scores, text_threshold, work, 0, ahead_of_texts[t0:t1], ones)
+            count_above(scores, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
 
-    with exact_matmuls():
-        for (a0, a1), (t0, t1) in zip(items, texts):  # the diagonal tiles: thresholds, ties, counts
-            load_texts(t0, t1)
-            scores, work = score((a0, a1), (t0, t1))
-            local_owner = matrix.owner[t0:t1] - a0
-            positive = scores[local_owner, matrix.arange(t1 - t0)]
-            best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(0, local_owner, positive, "amax")
-            positive_score[t0:t1], best_score[a0:a1] = positive, best
-            ties = torch.zeros(t1 - t0, device=device)
-            count_above(scores, positive, work, 0, ties, ones, compare=torch.eq)
-            redo_texts[t0:t1] = ties > 1
-            ties = torch.zeros(a1 - a0, device=device)
-            count_above(scores, best[:, None], work, 1, ties, ones, compare=torch.eq)
-            redo_items[a0:a1] = ties > 1
-            count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
-            count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
+    with exact_matmuls(), one_thread_per_worker(len(workers)):
+        visit_in_parallel(range(len(items)), diagonal, workers)
         # ">= x" is "> the next float below x"
         down = torch.tensor(-_INF, device=device)
         positive_down, best_down = torch.nextafter(positive_score, down), torch.nextafter(best_score, down)
-        for c, (t0, t1) in enumerate(texts):
-            load_texts(t0, t1)
-            for r, (a0, a1) in enumerate(items):
-                if r == c:
-                    continue
-                scores, work = score((a0, a1), (t0, t1))
-                # r < c: these items come before the texts' owners, these texts after the items' best
-                text_threshold = (positive_down if r < c else positive_score)[t0:t1]
-                item_threshold = (best_score if r < c else best_down)[a0:a1, None]
-                count_above(scores, text_threshold, work, 0, ahead_of_texts[t0:t1], ones)
-                count_above(scores, item_threshold, work, 1, ahead_of_items[a0:a1], ones)
+        visit_in_parallel(range(len(texts)), column, workers)
+    for worker in workers:
+        ahead_of_items += worker.ahead_of_items
+    with exact_matmuls():
         ranks = (ahead_of_items.long(), ahead_of_texts.long())
         for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
             if redo.any():
