@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import vlr_plugins.eval._tile_workers as tile_workers_module
 import vlr_plugins.eval.exact_ranks as exact_ranks_module
 from _reference import near_tie_problem, random_problem, reference_ranks
 from vlr_plugins.eval import retrieval_recall
@@ -99,3 +100,29 @@ def test_a_failed_score_check_recomputes_the_query(monkeypatch):
     assert dict(recomputed)["t2i"] == len(range(0, len(texts), 7))
     assert got["i2t_ranks"].tolist() == expected["i2t_ranks"].tolist()
     assert got["t2i_ranks"].tolist() == expected["t2i_ranks"].tolist()
+
+
+@pytest.mark.parametrize("problem", [random_problem, near_tie_problem])
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("chunk_size, worker_bytes", [(7, 2048), (1, 800), (None, 200)])
+def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads, chunk_size, worker_bytes,
+                                                             monkeypatch):
+    # workers down to 16-score tiles, so that these small problems have many tiles of each kind
+    monkeypatch.setattr(tile_workers_module, "MIN_WORKER_TILE_ELEMS", 16)
+    items, texts, owner = problem()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=threads * worker_bytes,
+                             chunk_size=chunk_size)
+        assert matrix.workers == threads
+        assert -(-len(texts) // matrix.tile_texts) * -(-len(items) // matrix.tile_items) > threads
+
+        i2t, t2i = exact_ranks(matrix)
+
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    expected_i2t, expected_t2i = reference_ranks(items, texts, owner)
+    assert i2t.tolist() == expected_i2t
+    assert t2i.tolist() == expected_t2i

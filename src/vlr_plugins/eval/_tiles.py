@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from vlr_plugins.eval._tile_workers import tile_workers
+
 #: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
 BYTES_PER_TILE_ELEM = 8
 _CPU_TILE_ELEMS_PER_THREAD = 2**20  # each thread's share of the two tile buffers: 8 MiB
@@ -131,7 +133,10 @@ class ScoreMatrix:
 
     item_emb: (N, D), text_emb: (M, D), text_owner: (M,) the item of each text. Holds
     both sides as :class:`UnitRows`, the owners, the texts grouped by owner (the texts of
-    item i are ``texts_by_owner[first_text[i]:first_text[i + 1]]``) and the tile shape.
+    item i are ``texts_by_owner[first_text[i]:first_text[i + 1]]``), the number of workers
+    that visit tiles at once (``workers``: on CPU up to one per torch thread, see
+    :mod:`~vlr_plugins.eval._tile_workers`; 1 elsewhere) and the shape of one worker's tile
+    (``tile_items`` x ``tile_texts``: the budget shared among the workers).
     """
 
     def __init__(self, item_emb: torch.Tensor, text_emb: torch.Tensor, text_owner: torch.Tensor, *,
@@ -139,8 +144,11 @@ class ScoreMatrix:
         self.items, self.texts = UnitRows(item_emb, device), UnitRows(text_emb, device)
         self.n_items, self.n_texts, self.dim = len(item_emb), len(text_emb), item_emb.shape[1]
         self.device, self.max_chunk_bytes, self.chunk_size = device, max_chunk_bytes, chunk_size
-        self.tile_items, self.tile_texts = tile_shape(self.n_items, self.n_texts, device=device,
-                                                      max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+        # on CPU the tiles are shared among workers (_tile_workers): each gets a share of the budget
+        self.workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device), device)
+        self.tile_items, self.tile_texts = tile_shape(
+            self.n_items, self.n_texts, device=device, max_chunk_bytes=max_chunk_bytes // self.workers,
+            chunk_size=chunk_size, threads=1 if self.workers > 1 else None)
         self.owner = text_owner.to(device, torch.long)
         self.texts_by_owner = torch.argsort(self.owner, stable=True)
         self.first_text = torch.searchsorted(self.owner[self.texts_by_owner],

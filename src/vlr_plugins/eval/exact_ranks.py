@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from vlr_plugins.eval._tile_workers import one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -48,29 +49,53 @@ def exact_ranks(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     return ranks
 
 
+class _Worker:
+    """One worker's tile buffers (item rows, text rows, scores, work buffer, ones) and its
+    own counts of texts ahead of every item and per-column item thresholds, which tiles of
+    several columns would otherwise share."""
+
+    def __init__(self, matrix: ScoreMatrix, ahead_of_items: torch.Tensor | None = None) -> None:
+        self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
+        self.work = torch.empty_like(self.scores)
+        self.ones = torch.ones(max(matrix.tile_items, matrix.tile_texts), device=matrix.device)
+        if ahead_of_items is not None:
+            self.ahead_of_items = torch.zeros_like(ahead_of_items)
+            self.item_threshold = torch.empty(matrix.n_items, device=matrix.device)
+
+
+def _workers(matrix: ScoreMatrix, tasks: int, ahead_of_items: torch.Tensor | None = None) -> list[_Worker]:
+    return [_Worker(matrix, ahead_of_items) for _ in range(max(1, min(matrix.workers, tasks)))]
+
+
 def positive_scores(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     """(M,) text j's score with its owner, computed in the owner's row tile, and (M,) the
     number of items in that row tile with exactly that score (1 when nothing ties)."""
     device, tile_items, tile_texts = matrix.device, matrix.tile_items, matrix.tile_texts
-    item_rows, text_rows, scores = matrix.tile_buffers()
-    work, ones = torch.empty_like(scores), torch.ones(tile_items, device=device)
     positive_score = torch.empty(matrix.n_texts, device=device)
     ties_in_tile = torch.zeros(matrix.n_texts, device=device)
     row_tile_starts = torch.arange(0, matrix.n_items + tile_items, tile_items,
                                    device=device).clamp_max(matrix.n_items)
     # the texts owned by row tile t are texts_by_owner[owned_from[t]:owned_from[t + 1]]
     owned_from = matrix.first_text[row_tile_starts].tolist()
-    for row_tile, item_start in enumerate(range(0, matrix.n_items, tile_items)):
-        n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
+    row_tiles = range(-(-matrix.n_items // tile_items))
+
+    def row_tile(worker: _Worker, row_tile: int) -> None:  # writes only its own texts' entries
+        item_start = row_tile * tile_items
+        n_rows = matrix.items.load(slice(item_start, item_start + tile_items), worker.item_rows)
+        scores, work = worker.scores, worker.work
         for start in range(owned_from[row_tile], owned_from[row_tile + 1], tile_texts):
             texts = matrix.texts_by_owner[start:min(start + tile_texts, owned_from[row_tile + 1])]
-            n_cols = matrix.texts.load(texts, text_rows)
-            torch.mm(item_rows, text_rows.T, out=scores)
+            n_cols = matrix.texts.load(texts, worker.text_rows)
+            torch.mm(worker.item_rows, worker.text_rows.T, out=scores)
             positive_score[texts] = score = scores[matrix.owner[texts] - item_start, matrix.arange(n_cols)]
             equal = torch.zeros(n_cols, device=device)
-            count_above(scores[:n_rows, :n_cols], score, work[:n_rows, :n_cols], 0, equal, ones,
+            count_above(scores[:n_rows, :n_cols], score, work[:n_rows, :n_cols], 0, equal, worker.ones,
                         compare=torch.eq)
             ties_in_tile[texts] = equal
+
+    workers = _workers(matrix, len(row_tiles))
+    with one_thread_per_worker(len(workers)):
+        visit_in_parallel(row_tiles, row_tile, workers)
     return positive_score, ties_in_tile
 
 
@@ -88,19 +113,20 @@ def best_positives(matrix: ScoreMatrix, positive_score: torch.Tensor) -> tuple[t
 
 def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: torch.Tensor,
                 best_text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The pass over every tile. Returns (N,) texts ahead of each item's best text, (M,)
-    items ahead of each text's owner, (N,) texts in the tile of each item's best text
-    scoring exactly as it does, and (M,) each positive pair's score as this pass saw it."""
+    """The pass over every tile, a column of tiles (a text tile x every row tile, in row
+    order) per task. Returns (N,) texts ahead of each item's best text, (M,) items ahead
+    of each text's owner, (N,) texts in the tile of each item's best text scoring exactly
+    as it does, and (M,) each positive pair's score as this pass saw it."""
     n_items, n_texts, device = matrix.n_items, matrix.n_texts, matrix.device
     tile_items, tile_texts = matrix.tile_items, matrix.tile_texts
-    item_rows, text_rows, scores = matrix.tile_buffers()
-    work, ones = torch.empty_like(scores), torch.ones(max(tile_items, tile_texts), device=device)
     n_row_tiles = -(-n_items // tile_items)
-    n_tiles = n_row_tiles * -(-n_texts // tile_texts)
+    n_col_tiles = -(-n_texts // tile_texts)
+    n_tiles = n_row_tiles * n_col_tiles
     # tiles before the positive's compare with >= (i.e. > the next float down), so that
     # ties there count as ahead; from the positive's tile on, with >
     down = torch.tensor(-_INF, device=device)
-    item_threshold = torch.nextafter(best_score, down)
+    best_down = torch.nextafter(best_score, down)
+    best_col = best_text // tile_texts  # an item's threshold is strict from this column of tiles on
     # every positive pair (owner[j], j) in the order tiles are visited: its offset in the
     # flattened tile (to read its score there) and its text's offset in the text tile
     text = matrix.arange(n_texts)
@@ -111,14 +137,21 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
     seen = torch.empty(n_texts, device=device)
     # every item's best pair (i, best_text[i]), in the same order: scores equal to it in its tile
     item = matrix.arange(n_items)
-    best_tile = (best_text // tile_texts) * n_row_tiles + item // tile_items
+    best_tile = best_col * n_row_tiles + item // tile_items
     best_order, best_edges = torch.argsort(best_tile, stable=True), _edges(best_tile, n_tiles)
     best_row, best_score_in_order = (item % tile_items)[best_order], best_score[best_order]
     best_ties = torch.zeros(n_items, device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
-    for col_tile, text_start in enumerate(range(0, n_texts, tile_texts)):
+
+    def column(worker: _Worker, col_tile: int) -> None:
+        """One column of tiles: its texts' counts and each tile's own positive pairs here
+        (no other column touches them), its items' counts in the worker's accumulator."""
+        text_start = col_tile * tile_texts
+        item_rows, text_rows, scores, work, ones = (worker.item_rows, worker.text_rows, worker.scores,
+                                                    worker.work, worker.ones)
         n_cols = matrix.texts.load(slice(text_start, text_start + tile_texts), text_rows)
         text_threshold = torch.nextafter(positive_score[text_start:text_start + n_cols], down)
+        item_threshold = torch.where(best_col < col_tile, best_score, best_down, out=worker.item_threshold)
         for row_tile, item_start in enumerate(range(0, n_items, tile_items)):
             n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
             torch.mm(item_rows, text_rows.T, out=scores)
@@ -138,7 +171,13 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
             count_above(valid, text_threshold, work[:n_rows, :n_cols], 0,
                         ahead_of_texts[text_start:text_start + n_cols], ones)
             count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
-                        ahead_of_items[item_start:item_start + n_rows], ones)
+                        worker.ahead_of_items[item_start:item_start + n_rows], ones)
+
+    workers = _workers(matrix, n_col_tiles, ahead_of_items)
+    with one_thread_per_worker(len(workers)):
+        visit_in_parallel(range(n_col_tiles), column, workers)
+    for worker in workers:
+        ahead_of_items += worker.ahead_of_items
     seen_by_text, ties_by_item = torch.empty_like(seen), torch.empty_like(best_ties)
     seen_by_text[pair_order], ties_by_item[best_order] = seen, best_ties
     return ahead_of_items, ahead_of_texts, ties_by_item, seen_by_text

@@ -28,7 +28,7 @@ from itertools import pairwise
 
 import torch
 
-from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
+from vlr_plugins.eval._tile_workers import one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import (
     ScoreMatrix,
     count_above,
@@ -73,11 +73,10 @@ def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
 
 
 def worker_budget(matrix: ScoreMatrix) -> tuple[int, int]:
-    """(workers, scores per worker's tile): the matrix's tile budget shared among the
-    :func:`~vlr_plugins.eval._tile_workers.tile_workers` that visit its tiles at once."""
+    """(workers, scores per worker's tile): the matrix's tile budget shared among its
+    ``workers``, which visit its tiles at once."""
     budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
-    workers = tile_workers(budget, matrix.device)
-    return workers, budget // workers
+    return matrix.workers, budget // matrix.workers
 
 
 class _Worker:

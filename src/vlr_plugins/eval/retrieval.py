@@ -62,7 +62,10 @@ def retrieval_recall(
     a time (at most ``max_chunk_bytes``), plus the tile's rows of embeddings (at most
     8 D bytes per item and per text of a tile) and about 100 bytes of bookkeeping per item
     and per text; embeddings are moved to ``device`` (default: the items' device) but never
-    copied whole in float32.
+    copied whole in float32. On a CPU, without ``rerank`` and in fp32, up to
+    ``torch.get_num_threads()`` workers visit tiles at once, each single-threaded with its
+    own tile: the budget is shared among them (the bound is unchanged), and each keeps its
+    own count per item (4 or 8 bytes).
 
     ``precision="fp16"`` or ``"bf16"`` multiplies the tiles in half precision (summed in
     float32). Guarantee: every query whose hit or miss at some k <= max(ks) could depend on
