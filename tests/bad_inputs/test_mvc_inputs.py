@@ -114,7 +114,8 @@ def test_stage_one_checkpoint_that_does_not_fit_is_refused(world, tmp_path):
     corpus = tmp_path / "train.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in _good(world)), encoding="utf-8")
     argv, work = _run(tmp_path, world, corpus, [f"video.checkpoint={ckpt}"])
-    assert_refused(argv, str(ckpt), "does not fit", "patch_embed.weight", leaves=[work])
+    message = assert_refused(argv, str(ckpt), "does not fit", "patch_embed.weight", leaves=[work])
+    assert message.count(str(ckpt)) == 1, message
 
 
 @pytest.mark.parametrize("case", ["not there", "no video tower"])

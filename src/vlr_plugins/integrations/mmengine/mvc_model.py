@@ -34,7 +34,9 @@ def load_stage_one(tower: nn.Module, path: str, layout: str = "auto") -> list[st
     try:
         loaded = load_video_checkpoint(tower, path, layout=layout, strict=False)
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        message = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
+        if message.startswith(f"{path} "):  # the loader's own messages start with the file
+            raise ConfigError(f"video checkpoint {message}") from None
         raise ConfigError(f"video checkpoint {path}: {message}") from None
     gaps = [k for k in loaded.missing if not k.startswith(STAGE_TWO_HEADS)]
     if gaps or loaded.unexpected:
