@@ -354,36 +354,40 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
 ALTERNATED = ("floor", "chunk", "engine", "engine_interleaved")
 
 
-def cpu_plan(sizes: list[tuple[int, int]], repeat: int | None, quick: bool) -> list[tuple]:
-    """(size, rounds, methods run once) per size: rows and full at the smallest size, the
-    peer at 10K x 50K."""
+def cpu_plan(sizes: list[tuple[int, int]], repeat: int | None, quick: bool,
+             methods: tuple[str, ...] = ALTERNATED) -> list[tuple]:
+    """(size, rounds, alternated methods, methods run once) per size: rows and full at the
+    smallest size, the peer at 10K x 50K (each only when ``methods`` holds the engine)."""
     plan = []
     for i, (n, m) in enumerate(sizes):
         once = ("rows", "full") if i == 0 else ()
         if (n, m) == PEER_SIZE:
             once += ("peer",)
+        once = once if "engine" in methods else ()
         rounds = repeat or (5 if i == 0 else 2 if (n, m) == COCO_TRAIN else 3)
-        plan.append(((n, m), rounds, once))
+        plan.append(((n, m), rounds, methods, once))
     return plan
 
 
 def cpu_table(plan) -> list[dict]:
-    """Medians over rounds of alternated measurements (each round: floor, chunk, engine,
-    engine_interleaved, and in the first round the methods run once)."""
+    """Medians over rounds of alternated measurements (each round: the alternated methods
+    -- floor, chunk, engine, engine_interleaved by default -- and in the first round the
+    methods run once)."""
     import statistics
 
     records = []
-    for (n, m), rounds, once in plan:
+    for (n, m), rounds, alternated, once in plan:
         runs = {}
         for round_ in range(rounds):
-            for method in ALTERNATED + (once if round_ == 0 else ()):
+            for method in alternated + (once if round_ == 0 else ()):
                 inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED else 1
                 runs.setdefault(method, []).append(measure(method, n, m, inner))
         median = {method: statistics.median(r["seconds"] for r in results) for method, results in runs.items()}
         for method, results in runs.items():
             record = {"items": n, "texts": m, "method": method, "precision": "fp32", "runs": len(results),
                       "median_s": median[method], "best_s": min(r["seconds"] for r in results),
-                      "over_chunk": median[method] / median["chunk"], "over_floor": median[method] / median["floor"],
+                      "over_chunk": median[method] / median["chunk"],
+                      "over_floor": median[method] / median["floor"] if "floor" in median else None,
                       "peak_extra_mib": max(r["extra_bytes"] for r in results) / 2**20,
                       "load": statistics.median(r["load"] for r in results),
                       "threads": results[0]["threads"]}
@@ -401,7 +405,8 @@ def print_cpu_table(records: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in records:
         print(f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['runs']} | {r['median_s']:.2f} | "
-              f"{r['best_s']:.2f} | {r['over_chunk']:.2f} | {r['over_floor']:.2f} | {r['peak_extra_mib']:,.1f} | "
+              f"{r['best_s']:.2f} | {r['over_chunk']:.2f} | "
+              f"{'-' if r['over_floor'] is None else format(r['over_floor'], '.2f')} | {r['peak_extra_mib']:,.1f} | "
               f"{r['load']:.1f} |")
     print_peer(records)
 
@@ -433,6 +438,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of each CPU measurement (default torch's: one per core); "
                              "1 is steadier on a machine shared with other jobs")
+    parser.add_argument("--methods", default=",".join(ALTERNATED),
+                        help="CPU: the alternated methods, comma-separated, chunk among them (default "
+                             f"{','.join(ALTERNATED)}; e.g. chunk,engine at train size, ~4 min each)")
     parser.add_argument("--json", metavar="PATH", help="also write the measurements here as JSON")
     parser.add_argument("--child", nargs=4, metavar=("METHOD", "N", "M", "INNER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -458,7 +466,10 @@ def main() -> None:
         return
     if args.threads:
         os.environ["VLR_BENCH_THREADS"] = str(args.threads)
-    records = cpu_table(cpu_plan(sizes, args.repeat, args.quick))
+    methods = tuple(args.methods.split(","))
+    if "chunk" not in methods or not set(methods) <= set(ALTERNATED):
+        sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected chunk and any of {list(ALTERNATED)}")
+    records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:
         write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "dim": D, "records": records})
