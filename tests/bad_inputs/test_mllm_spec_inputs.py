@@ -27,7 +27,7 @@ pytest.importorskip("av")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 
 MSRVTT = {"video7579": "a girl puts a sweater on a dog", "video7725": "people clap in a room",
@@ -43,9 +43,7 @@ def world(tmp_path_factory) -> dict[str, str]:
     from vlr_plugins.data import EmbeddingStoreWriter
 
     root = tmp_path_factory.mktemp("mllm-catalogue")
-    model, processor = tiny_qwen2vl()
-    model.save_pretrained(root / "tiny-qwen2vl")
-    processor.save_pretrained(root / "tiny-qwen2vl")
+    save_tiny_qwen2vl(root / "tiny-qwen2vl")
     csv = root / "MSRVTT_JSFUSION_test.csv"
     csv.write_text("key,vid_key,video_id,sentence\n" + "".join(
         f"ret{i},msr{vid[5:]},{vid},\"{text}\"\n" for i, (vid, text) in enumerate(MSRVTT.items())))

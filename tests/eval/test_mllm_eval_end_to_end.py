@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 from _reference import reference_ranks  # noqa: E402
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _video_world import CAREBENCH, embed_videos, write_carebench  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
@@ -40,10 +40,7 @@ def reference_recall(items: torch.Tensor, texts: torch.Tensor, owner: torch.Tens
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("mllm-world")
-    model, processor = tiny_qwen2vl(seed=1)
-    folder = root / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
+    folder = save_tiny_qwen2vl(root / "tiny-qwen2vl", seed=1)
     care, videos = write_carebench(root)
     store = root / "stores" / "care"
     bench = root / "care.yaml"

@@ -20,7 +20,7 @@ pytest.importorskip("av")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_model_folder, tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
@@ -39,9 +39,7 @@ NUM_VIDEOS = 10
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("caption")
     model, processor = tiny_qwen2vl(seed=5)
-    folder = root / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
+    folder = save_model_folder(root / "tiny-qwen2vl", model, processor)
     videos = root / "videos"
     videos.mkdir()
     for i in range(NUM_VIDEOS):

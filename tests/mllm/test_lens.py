@@ -16,7 +16,7 @@ pytest.importorskip("torchvision")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tiny_mllm import clip, tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import clip, save_tiny_qwen2vl, write_clip  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder, load_eol_embedder  # noqa: E402
@@ -34,11 +34,7 @@ def manual_top(model, tokenizer, inputs, k):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=7)
-    folder = tmp_path_factory.mktemp("lens") / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("lens") / "tiny-qwen2vl", seed=7)
 
 
 @pytest.mark.parametrize("modality", ["text", "video"])
