@@ -82,6 +82,18 @@ def test_every_video_is_captioned_as_the_captioner_does(world, tmp_path):
     assert main(argv(world, out, "--resume", "--prompt", "Say what happens.")) == 2
 
 
+def test_the_model_dtype_is_recorded_and_a_resume_at_another_is_refused(world, tmp_path, capsys):
+    out = tmp_path / "caps.jsonl"
+    assert main(argv(world, out, "--limit", "1", "--dtype", "float32")) == 0
+    assert json.loads(settings_path_of(out).read_text())["model_dtype"] == "float32"
+    assert main(argv(world, out, "--resume", "--limit", "2", "--model-dtype", "auto")) == 0  # the folder's float32
+    assert [r["id"] for r in records(out)] == ["v00", "v01"]
+    capsys.readouterr()
+    assert main(argv(world, out, "--resume", "--model-dtype", "bfloat16")) == 2
+    assert "model_dtype was 'float32', now 'bfloat16'" in capsys.readouterr().err
+    assert [r["id"] for r in records(out)] == ["v00", "v01"]
+
+
 def test_a_run_killed_with_sigkill_resumes_without_duplicates(world, tmp_path):
     out = tmp_path / "caps.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -65,6 +65,7 @@ def test_vlr_lens_prints_writes_and_plots_the_same_tokens(saved, tmp_path, capsy
     printed = capsys.readouterr().out
     got = json.loads((out / "lens.json").read_text())
     assert [(r["modality"], r["model"]) for r in got] == [("text", str(saved)), ("video", str(saved))]
+    assert {r["model_dtype"] for r in got} == {"float32"}  # auto: the folder's own
     emb = EOLEmbedder(saved, prompt="care")
     for record, (modality, item) in zip(got, [("text", "a dog runs"), ("video", video)]):
         expected = manual_top(emb.model, emb.tokenizer, emb.inputs(modality, [item]), 5)
