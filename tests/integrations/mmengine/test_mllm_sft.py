@@ -198,3 +198,10 @@ def test_vlr_train_care_stage1_hands_a_folder_to_stage2(tiny_folder, captions, t
                               "model.gradient_checkpointing=false", "train_cfg.max_epochs=1",
                               f"optim_wrapper={json.dumps(OPTIM)}", "experiment_name=stage2_cli"], cwd=tmp_path)
     assert code == 0, err
+
+
+def test_a_dtype_that_is_not_one_is_refused_before_loading(tiny_folder):
+    from vlr_plugins.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CaptionSFTModel: dtype: .*'auto'.*found 'fp16'"):
+        CaptionSFTModel(tiny_folder, dtype="fp16")
