@@ -228,6 +228,28 @@ def _check_device(text: str) -> str:
     return text
 
 
+def _check_model_dtype(args: argparse.Namespace, spec: str, option: str) -> None:
+    """``--model-dtype`` other than auto is for ``mllm:`` specs only (the other models load as
+    their own code loads them); refused before anything loads."""
+    if args.model_dtype != "auto" and not spec.startswith("mllm:"):
+        raise UsageError("--model-dtype", f"{args.model_dtype} is for mllm:FOLDER[:PROMPT] models (CaRe, E5-V); "
+                                          f"{option} {spec!r} is loaded as its own code loads it")
+
+
+def _model_dtype_record(args: argparse.Namespace, model: Any, spec: str, device: str) -> dict[str, str]:
+    """``{"model_dtype": "bfloat16"}``: the dtype an ``mllm:`` model computes in, as a run
+    records it beside the spec (a store's meta, results.json); ``{}`` for other models. Under
+    ``--model-dtype auto`` a half dtype on a CPU is warned of (float32 is much faster there)."""
+    if not spec.startswith("mllm:"):
+        return {}
+    from vlr_plugins.mllm.model_dtype import dtype_name, slow_on_cpu
+
+    note = slow_on_cpu(model, device) if args.model_dtype == "auto" else None
+    if note:
+        print(f"warning: {spec}: {note}", file=sys.stderr)
+    return {"model_dtype": dtype_name(model)}
+
+
 def cmd_precompute(args: argparse.Namespace) -> int:
     import torch
 
@@ -244,6 +266,7 @@ def cmd_precompute(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise UsageError("--resume", "and --overwrite exclude each other: --resume keeps the rows already written, "
                                      "--overwrite discards them")
+    _check_model_dtype(args, args.encoder, "--encoder")
     device = _check_device(args.device)
     check_output_dir(args.out, "--out", replaced_whole=True)
     dtype = {"float32": torch.float32, "float16": torch.float16}[args.dtype]
@@ -254,9 +277,12 @@ def cmd_precompute(args: argparse.Namespace) -> int:
         check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
         images = list_images(args.images)
         options = {"device": device} if args.encoder.startswith(("blip:", "mllm:")) else {}
+        if args.encoder.startswith("mllm:"):
+            options["dtype"] = args.model_dtype
         encoder = load_encoder(args.encoder, setting="--encoder", **options)
+        recorded = _model_dtype_record(args, getattr(encoder, "embedder", None), args.encoder, device)
         store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size or 64, dtype=dtype,
-                                            meta={"encoder": args.encoder}, overwrite=args.overwrite,
+                                            meta={"encoder": args.encoder, **recorded}, overwrite=args.overwrite,
                                             **({"num_workers": args.workers} if args.workers is not None else {}))
         print(f"wrote {len(store)} embeddings of dim {store.dim} to {args.out}")
         return 0
@@ -285,12 +311,14 @@ def cmd_precompute(args: argparse.Namespace) -> int:
             raise UsageError("--backend", f"torchcodec cannot load here ({type(e).__name__}: {reason}); it needs "
                                           "FFmpeg's shared libraries (docs/video.md); use --backend pyav") from None
     videos = list_videos(args.videos) if args.videos is not None else benchmark_videos(args.benchmarks)
-    encoder = load_video_encoder(args.encoder, setting="--encoder", device=device)
+    encoder = load_video_encoder(args.encoder, setting="--encoder", device=device, dtype=args.model_dtype)
     wanted = getattr(encoder, "num_frames", None)
     if isinstance(wanted, int) and wanted != frames:
         raise UsageError("--frames", f"{frames}, but the tower of --encoder {args.encoder!r} takes {wanted}-frame "
                                      f"clips; pass --frames {wanted}")
-    meta = video_store_meta(encoder, args.encoder, frames=frames, sampler=sampler, seed=seed, backend=backend)
+    recorded = _model_dtype_record(args, encoder, args.encoder, device)  # a resumed run must match it too
+    meta = {**video_store_meta(encoder, args.encoder, frames=frames, sampler=sampler, seed=seed, backend=backend),
+            **recorded}
     dim = getattr(encoder, "embed_dim", None)
     check_resumable_target(args.out, resume=args.resume, overwrite=args.overwrite, dtype=dtype, meta=meta,
                            dim=dim if isinstance(dim, int) else None, **flags)
@@ -298,7 +326,7 @@ def cmd_precompute(args: argparse.Namespace) -> int:
         store, failed = precompute_video_embeddings(
             encoder, videos, args.out, frames=frames, sampler=sampler, seed=seed, backend=backend,
             batch_size=args.batch_size or 16, num_workers=4 if args.workers is None else args.workers, dtype=dtype,
-            resume=args.resume, overwrite=args.overwrite, meta={"encoder": args.encoder})
+            resume=args.resume, overwrite=args.overwrite, meta={"encoder": args.encoder, **recorded})
     except KeyboardInterrupt:
         if work_dir_of(args.out).is_dir():
             print(f"the embeddings written so far are kept in {work_dir_of(args.out)}; run the same command with "
@@ -461,7 +489,7 @@ def _eval_model(args: argparse.Namespace, specs, budgets: dict[str, int], overri
         if given:
             raise UsageError(option, f"{args.model} tokenizes its texts itself; {option} is for `vlr train` "
                                      "checkpoints and blip: models")
-    model = load_text_model(args.model, setting="--model", device=device)
+    model = load_text_model(args.model, setting="--model", device=device, dtype=args.model_dtype)
     _check_budgets(specs, overrides, overrides, protocol, None, getattr(model, "max_positions", None),
                    args.benchmarks)
     if args.rerank_k is not None and not callable(getattr(model, "match_scores", None)):
@@ -506,12 +534,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     budgets = token_budgets(protocol, overrides)
     truncation = _integers(args.truncation, "--truncation")
     tables = _table_names(args.tables)
+    _check_model_dtype(args, args.model, "--model")
     device = _check_device(args.device)
     check_output_dir(args.out, "--out")
     specs = load_benchmark_specs(args.benchmarks)
     _check_tables(tables, specs, args.benchmarks)
     capst, capst_benchmark = _capst_for_unified(args.capst, specs, args.benchmarks)
     model, tokenizer, budgets = _eval_model(args, specs, budgets, overrides, protocol, truncation, device)
+    recorded = _model_dtype_record(args, model, args.model, device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
 
     def warn(message: str) -> None:
@@ -529,7 +559,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         unified = {**unified_score(result, capst, benchmark=capst_benchmark), "benchmark": capst_benchmark,
                    "capst": str(args.capst)}
     report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol,
-                               tables=tables, unified=unified)
+                               tables=tables, unified=unified, model_dtype=recorded.get("model_dtype"))
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
     print(report["table"])
@@ -684,6 +714,7 @@ def _add_lavis(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins import __version__
+    from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     p = argparse.ArgumentParser(prog="vlr", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"vlr-plugins {__version__}")
@@ -732,11 +763,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "FramePooledVideoEncoder or SpaceTimeViT, its arguments, optional checkpoint:),\n"
                     "vlr:CHECKPOINT (the video tower a vlr train mvc/... run trained, docs/mvc.md),\n"
                     "mllm:FOLDER[:PROMPT] (a CaRe / E5-V MLLM folder or vlr export under an EOL prompt such\n"
-                    "as care or e5v; CaReBench: --frames 32 --sampler uniform; docs/care.md), or\n"
-                    "module:callable giving a video tower: encode_video(frames (B, T, 3, H, W)) -> (B, D),\n"
-                    "image_mean, image_std, image_size. Video stores are written resumably: a killed run\n"
-                    "keeps what it wrote, and --resume finishes it (or adds new videos to a store). Videos\n"
-                    "that cannot be decoded are listed in OUT.failures.jsonl; the run goes on and exits 2.")
+                    "as care or e5v, in --model-dtype; CaReBench: --frames 32 --sampler uniform;\n"
+                    "docs/care.md), or module:callable giving a video tower: encode_video(frames\n"
+                    "(B, T, 3, H, W)) -> (B, D), image_mean, image_std, image_size. Video stores are written\n"
+                    "resumably: a killed run keeps what it wrote, and --resume finishes it (or adds new\n"
+                    "videos to a store). Videos that cannot be decoded are listed in OUT.failures.jsonl;\n"
+                    "the run goes on and exits 2.")
     source = s.add_mutually_exclusive_group(required=True)
     source.add_argument("--images", help="a folder, or a .txt / .jsonl list of images")
     source.add_argument("--videos", help="a folder, or a .txt / .jsonl list of videos")
@@ -757,7 +789,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes decoding videos, threads reading images (default 4; 0: none)")
     s.add_argument("--batch-size", type=_positive_int, help="items per encoder call (default 64 images, 16 videos)")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (blip:, mllm: and video encoders)")
-    s.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="storage dtype of the store")
+    s.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                   help="the dtype the store keeps its rows in (the model's own: --model-dtype)")
+    add_model_dtype_option(s, what="an mllm: --encoder")
     s.add_argument("--resume", action="store_true",
                    help="keep the videos a killed run (or an earlier store) already holds and add the rest")
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (start over)")
@@ -795,6 +829,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="vlr-eval", help="the folder to write the results into")
     s.add_argument("--batch-size", type=_positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
+    add_model_dtype_option(s, what="an mllm: --model")
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")

@@ -47,6 +47,7 @@ CASES = {
     "batch-size": (lambda t: ["--batch-size", "0"], ["--batch-size"]),
     "limit": (lambda t: ["--limit", "x"], ["--limit"]),
     "backend": (lambda t: ["--backend", "tgi"], ["--backend"]),
+    "model-dtype": (lambda t: ["--model-dtype", "float64"], ["--model-dtype", "invalid choice: 'float64'"]),
     "out-is-a-folder": (lambda t: ["--out", t / "videos"], ["--out", "videos"]),
 }
 

@@ -13,6 +13,8 @@ CASES = {
     "top-k": (lambda t: ["--text", "a", "--top-k", "0"], ["--top-k"]),
     "out-is-a-file": (lambda t: ["--text", "a", "--out", t / "file.txt"], ["--out", "file.txt"]),
     "no-model": (lambda t: ["--text", "a"], ["no-model"]),
+    "model-dtype": (lambda t: ["--text", "a", "--model-dtype", "fp16"], ["--model-dtype", "invalid choice: 'fp16'"]),
+    "dtype-alias": (lambda t: ["--text", "a", "--dtype", "half"], ["--model-dtype/--dtype", "invalid choice: 'half'"]),
 }
 
 

@@ -1,6 +1,8 @@
 """The bad-input catalogue of ``mllm:FOLDER[:PROMPT]`` specs: ``vlr eval --model`` and ``vlr
 precompute --encoder`` with a folder that is not there, a folder that holds no model or no
-multimodal LLM, and a prompt name that is not shipped.
+multimodal LLM, and a prompt name that is not shipped; and their ``--model-dtype``: a dtype
+that is not one, one given for a model that is not ``mllm:``, and a store resumed at another
+dtype than its rows were written at.
 
 Each row is a real bad input, written by the test into an empty folder (the command's working
 directory); every case must exit 2 without a traceback (``_refusal.assert_refused``), write
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _refusal import assert_refused, fill, tree, write_files
+from _refusal import assert_refused, fill, run_vlr, tree, write_files
 
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
@@ -27,7 +29,7 @@ pytest.importorskip("av")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 
 MSRVTT = {"video7579": "a girl puts a sweater on a dog", "video7725": "people clap in a room",
@@ -43,9 +45,7 @@ def world(tmp_path_factory) -> dict[str, str]:
     from vlr_plugins.data import EmbeddingStoreWriter
 
     root = tmp_path_factory.mktemp("mllm-catalogue")
-    model, processor = tiny_qwen2vl()
-    model.save_pretrained(root / "tiny-qwen2vl")
-    processor.save_pretrained(root / "tiny-qwen2vl")
+    save_tiny_qwen2vl(root / "tiny-qwen2vl")
     csv = root / "MSRVTT_JSFUSION_test.csv"
     csv.write_text("key,vid_key,video_id,sentence\n" + "".join(
         f"ret{i},msr{vid[5:]},{vid},\"{text}\"\n" for i, (vid, text) in enumerate(MSRVTT.items())))
@@ -67,9 +67,19 @@ def _eval(model: str) -> list[str]:
             "--protocol", "none"]
 
 
-def _precompute(encoder: str) -> list[str]:
-    return ["precompute", "--videos", "{videos}", "--encoder", encoder, "--frames", "4", "--out", "{tmp}/results",
+def _precompute(encoder: str, out: str = "{tmp}/results") -> list[str]:
+    return ["precompute", "--videos", "{videos}", "--encoder", encoder, "--frames", "4", "--out", out,
             "--workers", "0"]
+
+
+def _store_at(model_dtype: str):
+    """A file-table entry: the store of ``{videos}`` by ``{mllm}``, written at ``model_dtype``."""
+    def write(path: Path, places: dict[str, str]) -> None:
+        argv = [fill(a, places) for a in _precompute("mllm:{mllm}", str(path))] + ["--model-dtype", model_dtype]
+        code, _, err = run_vlr(argv)
+        assert code == 0, err
+
+    return write
 
 
 CASES = [
@@ -91,6 +101,17 @@ CASES = [
      _precompute("mllm:{tmp}/bert"), ["--encoder", "{tmp}/bert/config.json", "no multimodal LLM"]),
     ("precompute: a prompt name that is not shipped", {}, _precompute("mllm:{mllm}:E5V"),
      ["--encoder", "no EOL prompt named 'E5V'", "care, care_train, e5v, e5v_train"]),
+    ("eval: a model dtype that is not one", {}, _eval("mllm:{mllm}") + ["--model-dtype", "fp8"],
+     ["--model-dtype", "invalid choice: 'fp8'", "'auto', 'float32', 'bfloat16', 'float16'"]),
+    ("eval: a model dtype for a model that is not mllm:", {}, _eval("{tmp}/c5.pth") + ["--model-dtype", "float32"],
+     ["--model-dtype", "float32 is for mllm:FOLDER[:PROMPT] models", "--model '{tmp}/c5.pth'"]),
+    ("precompute: a model dtype for a video tower that is not mllm:", {},
+     _precompute("open_clip:ViT-B-32") + ["--model-dtype", "bfloat16"],
+     ["--model-dtype", "bfloat16 is for mllm:FOLDER[:PROMPT] models", "--encoder 'open_clip:ViT-B-32'"]),
+    ("precompute: a store resumed at another model dtype", {"store": _store_at("float32")},
+     _precompute("mllm:{mllm}", "{tmp}/store") + ["--resume", "--model-dtype", "bfloat16"],
+     ["cannot resume the embedding store {tmp}/store", "model_dtype: 'float32' there, 'bfloat16' now",
+      "--overwrite"]),
     ("precompute images: a model folder that is not there", {},
      ["precompute", "--images", "{images}", "--encoder", "mllm:{tmp}/e5v-8b", "--out", "{tmp}/results"],
      ["--encoder", "no such folder: {tmp}/e5v-8b"]),

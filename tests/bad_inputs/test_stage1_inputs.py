@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 pytest.importorskip("av")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
-from _tiny_mllm import tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, write_clip  # noqa: E402
 
 CPU = ["model.gradient_checkpointing=false", "train_dataloader.batch_size=1",
        "train_dataloader.num_workers=0", "train_dataloader.persistent_workers=false",
@@ -32,11 +32,7 @@ def _experiment(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=1)
-    path = tmp_path_factory.mktemp("tiny_qwen2vl")
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_qwen2vl"), seed=1))
 
 
 @pytest.mark.parametrize("record, where", [

@@ -119,3 +119,9 @@ def test_space_time_tower_config_with_a_native_checkpoint(tmp_path):
     clip = torch.randn(2, 4, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(loaded.encode_video(clip), saved.encode_video(clip), rtol=0, atol=0)
+
+
+def test_a_model_dtype_is_for_mllm_specs_only():
+    with pytest.raises(VideoEncoderError, match="'open_clip:ViT-B-32': a model dtype .float16. is chosen for mllm: "
+                                                "specs only"):
+        load_video_encoder("open_clip:ViT-B-32", setting="--encoder", dtype="float16")

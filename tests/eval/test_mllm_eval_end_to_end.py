@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 from _reference import reference_ranks  # noqa: E402
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _video_world import CAREBENCH, embed_videos, write_carebench  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
@@ -40,10 +40,7 @@ def reference_recall(items: torch.Tensor, texts: torch.Tensor, owner: torch.Tens
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("mllm-world")
-    model, processor = tiny_qwen2vl(seed=1)
-    folder = root / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
+    folder = save_tiny_qwen2vl(root / "tiny-qwen2vl", seed=1)
     care, videos = write_carebench(root)
     store = root / "stores" / "care"
     bench = root / "care.yaml"
@@ -124,3 +121,35 @@ def test_precompute_images_writes_the_rows_of_encode_image(world, tmp_path):
         with Image.open(folder / f"{name}.png") as im:
             expected = embedder.encode_image([im.convert("RGB")])[0]
         torch.testing.assert_close(written.get([name])[0], expected, atol=1e-5, rtol=0)
+
+
+def test_model_dtype_loads_a_bf16_folder_in_float32_and_is_recorded(world, tmp_path, capsys):
+    folder = save_tiny_qwen2vl(tmp_path / "tiny-bf16", seed=1, dtype=torch.bfloat16)
+    spec = f"mllm:{folder}:care"
+    store = tmp_path / "store"
+    assert main(["precompute", "--benchmarks", str(world["bench"]), "--encoder", spec, "--frames", str(FRAMES),
+                 "--sampler", SAMPLER, "--out", str(store), "--workers", "0", "--batch-size", "2",
+                 "--model-dtype", "float32"]) == 0
+    assert "warning" not in capsys.readouterr().err  # float32 asked for: nothing to warn of
+
+    # the reference: the folder loaded directly in float32
+    embedder = EOLEmbedder(folder, prompt="care", dtype="float32").eval()
+    video_emb = embed_videos(world["videos"], embedder, FRAMES, SAMPLER)
+    written = EmbeddingStore(store)
+    assert written.meta["model_dtype"] == "float32" and written.meta["encoder"] == spec
+    for item_id in CAREBENCH:
+        torch.testing.assert_close(written.get([item_id])[0], video_emb[item_id], atol=1e-5, rtol=0)
+    resume = ["precompute", "--benchmarks", str(world["bench"]), "--encoder", spec, "--frames", str(FRAMES),
+              "--sampler", SAMPLER, "--out", str(store), "--workers", "0", "--resume"]
+    assert main([*resume, "--model-dtype", "float32"]) == 0  # the same dtype: resumed (nothing left to add)
+    assert main([*resume, "--model-dtype", "auto"]) == 2  # auto is this folder's bfloat16: refused
+    assert "model_dtype: 'float32' there, 'bfloat16' now" in capsys.readouterr().err
+
+    for asked, recorded in (("float32", "float32"), ("auto", "bfloat16")):
+        out = tmp_path / f"eval-{asked}"
+        assert main(["eval", "--model", spec, "--benchmarks", str(world["bench"]), "--protocol", "none",
+                     "--model-dtype", asked, "--out", str(out)]) == 0
+        report = json.loads((out / "results.json").read_text())
+        assert report["model"] == spec and report["model_dtype"] == recorded
+        err = capsys.readouterr().err
+        assert ("--model-dtype float32" in err) == (asked == "auto")  # bf16 on a CPU under auto is warned of

@@ -249,3 +249,9 @@ def test_the_protocol_s_text_view_reaches_a_model_that_takes_one(tmp_path):
         evaluate_benchmarks(model, None, specs, budgets={"msrvtt": 32}, progress=False)
     with pytest.raises(ConfigError, match="Recorder has no match_scores"):
         evaluate_benchmarks(model, None, specs, rerank_k=16, progress=False)
+
+
+def test_a_model_dtype_is_for_mllm_specs_only():
+    with pytest.raises(UsageError, match="--model: 'my_models:Tiny': a model dtype .bfloat16. is chosen for mllm: "
+                                         "specs only"):
+        load_text_model("my_models:Tiny", dtype="bfloat16")

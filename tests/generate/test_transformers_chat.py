@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
-from _tiny_mllm import tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import save_model_folder, tiny_qwen2vl, write_clip  # noqa: E402
 
 from _scripted_models import write_images  # noqa: E402
 
@@ -112,9 +112,7 @@ def test_the_paragraph_pipeline_on_the_tiny_model(tiny, tmp_path):
 
 
 def test_a_saved_model_folder_loads_as_the_mllm_package_loads_it(tiny, tmp_path):
-    model, processor = tiny
-    model.save_pretrained(tmp_path / "tiny")
-    processor.save_pretrained(tmp_path / "tiny")
+    save_model_folder(tmp_path / "tiny", *tiny)
     b = TransformersChatBackend(str(tmp_path / "tiny"), dtype="float32", batch_size=2)
     assert b.model_name == str(tmp_path / "tiny") and b.describe()["backend"] == "transformers"
     [image] = write_images(tmp_path, ["x"])

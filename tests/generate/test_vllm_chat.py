@@ -34,11 +34,9 @@ def test_without_vllm_the_error_says_what_to_do():
 @pytest.mark.optional_package("vllm")  # not in benchmarks/gpu_wheels.txt: listed as not run there
 def test_a_tiny_model_answers_a_batch(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
-    from _tiny_mllm import tiny_qwen2_lm
+    from _tiny_mllm import save_model_folder, tiny_qwen2_lm
 
-    model, tokenizer = tiny_qwen2_lm()
-    model.save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
+    save_model_folder(tmp_path / "tiny", *tiny_qwen2_lm())
     backend = VLLMChatBackend(str(tmp_path / "tiny"), reasks=0, max_model_len=512, gpu_memory_utilization=0.2,
                               enforce_eager=True, dtype="float32")
     requests = [ChatRequest([{"role": "user", "content": f"Say {i}."}],

@@ -18,7 +18,7 @@ pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
-from _tiny_mllm import clip, tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import clip, save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.data import OutputExistsError  # noqa: E402
 from vlr_plugins.errors import ConfigError  # noqa: E402
@@ -70,11 +70,7 @@ def load_in_fresh_interpreter(folder, texts, clips=()):
 
 @pytest.fixture(scope="module")
 def base_folder(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=3)
-    path = tmp_path_factory.mktemp("base") / "tiny-qwen2vl"
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return path
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("base") / "tiny-qwen2vl", seed=3)
 
 
 @pytest.fixture(scope="module")

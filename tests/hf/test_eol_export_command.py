@@ -15,7 +15,7 @@ pytest.importorskip("torchvision")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder, load_eol_embedder  # noqa: E402
@@ -25,11 +25,7 @@ TEXTS = ["a dog runs on the grass", "Two people sit near a window, slowly."]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=11)
-    path = tmp_path_factory.mktemp("trained") / "care-tiny"
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return path
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("trained") / "care-tiny", seed=11)
 
 
 def test_an_mllm_folder_exports_with_its_card(folder, tmp_path, capsys):

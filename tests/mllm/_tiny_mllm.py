@@ -1,7 +1,12 @@
 """A tiny random Qwen2-VL (and Qwen2 LM) with a byte-level tokenizer and a Qwen-style chat
-template, all built here from configs: nothing is downloaded."""
+template, all built here from configs: nothing is downloaded. Every test that needs one (in
+memory, or saved as a transformers folder) builds it here; other folders import this module
+after putting tests/mllm on ``sys.path``.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -49,35 +54,62 @@ def tiny_processor(tokenizer=None):
                             video_processor=Qwen2VLVideoProcessor(size=size), chat_template=QWEN_CHAT)
 
 
-def tiny_qwen2vl_config(processor, hidden: int = 32, layers: int = 2):
+def tiny_qwen2vl_config(processor, hidden: int = 32, layers: int = 2, *, heads: int | None = None,
+                        mrope_section: list[int] | None = None, max_positions: int = 2048, vision_dim: int = 16,
+                        vision_heads: int = 2):
+    """The config of :func:`tiny_qwen2vl`: ``hidden`` / ``layers`` of the LM (``heads`` attention
+    heads, default hidden // 16, at least 2; half as many key-value heads), a 2-block vision tower
+    of width ``vision_dim``."""
     from transformers import Qwen2VLConfig
 
     tok = processor.tokenizer
-    heads = max(2, hidden // 16)
+    heads = heads or max(2, hidden // 16)
+    head_dim = hidden // heads
+    if mrope_section is None:
+        mrope_section = [1, 1, 2] if head_dim == 8 else [head_dim // 8, head_dim // 8, head_dim // 4]
     return Qwen2VLConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2 or 1,
-                         max_position_embeddings=2048,
-                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2] if hidden // heads == 8
-                                          else [hidden // heads // 8, hidden // heads // 8, hidden // heads // 4],
+                         max_position_embeddings=max_positions,
+                         rope_parameters={"rope_type": "default", "mrope_section": mrope_section,
                                           "rope_theta": 10000.0},
                          bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        vision_config=dict(depth=2, embed_dim=16, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2),
+        vision_config=dict(depth=2, embed_dim=vision_dim, hidden_size=hidden, num_heads=vision_heads, mlp_ratio=2,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
         image_token_id=processor.image_token_id, video_token_id=processor.video_token_id,
         vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
         vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
     )
 
 
-def tiny_qwen2vl(seed: int = 0, hidden: int = 32, layers: int = 2):
-    """``(model, processor)``: a random 2-layer Qwen2-VL (hidden 32, 2-block vision tower), eval mode."""
+# a size vLLM's attention kernels take (head size 64)
+VLLM_SIZED = dict(hidden=128, heads=2, mrope_section=[8, 12, 12], max_positions=4096, vision_dim=64, vision_heads=1)
+
+
+def tiny_qwen2vl(seed: int = 0, hidden: int = 32, layers: int = 2, **sizes):
+    """``(model, processor)``: a random 2-layer Qwen2-VL (hidden 32, 2-block vision tower), eval
+    mode; ``sizes`` as :func:`tiny_qwen2vl_config` takes them (e.g. ``**VLLM_SIZED``)."""
     from transformers import Qwen2VLForConditionalGeneration
 
     processor = tiny_processor()
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(tiny_qwen2vl_config(processor, hidden, layers)).eval()
+    model = Qwen2VLForConditionalGeneration(tiny_qwen2vl_config(processor, hidden, layers, **sizes)).eval()
     return model, processor
+
+
+def save_model_folder(folder, model, processor) -> Path:
+    """``model`` and its processor (or tokenizer) saved as one transformers folder; returns it."""
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_qwen2vl(folder, seed: int = 0, dtype: torch.dtype | None = None, **sizes) -> Path:
+    """:func:`tiny_qwen2vl` saved as a transformers folder (weights in ``dtype``, default float32),
+    as ``mllm:`` specs, ``vlr caption`` and stage I load it; returns the folder."""
+    model, processor = tiny_qwen2vl(seed, **sizes)
+    return save_model_folder(folder, model.to(dtype) if dtype is not None else model, processor)
 
 
 def tiny_qwen2_lm(seed: int = 0):

@@ -20,7 +20,7 @@ pytest.importorskip("av")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_model_folder, tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
@@ -39,9 +39,7 @@ NUM_VIDEOS = 10
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("caption")
     model, processor = tiny_qwen2vl(seed=5)
-    folder = root / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
+    folder = save_model_folder(root / "tiny-qwen2vl", model, processor)
     videos = root / "videos"
     videos.mkdir()
     for i in range(NUM_VIDEOS):
@@ -82,6 +80,18 @@ def test_every_video_is_captioned_as_the_captioner_does(world, tmp_path):
     assert {r["id"]: r["caption"] for r in got} == world["reference"]
     # another prompt is another run: refused on that file
     assert main(argv(world, out, "--resume", "--prompt", "Say what happens.")) == 2
+
+
+def test_the_model_dtype_is_recorded_and_a_resume_at_another_is_refused(world, tmp_path, capsys):
+    out = tmp_path / "caps.jsonl"
+    assert main(argv(world, out, "--limit", "1", "--dtype", "float32")) == 0
+    assert json.loads(settings_path_of(out).read_text())["model_dtype"] == "float32"
+    assert main(argv(world, out, "--resume", "--limit", "2", "--model-dtype", "auto")) == 0  # the folder's float32
+    assert [r["id"] for r in records(out)] == ["v00", "v01"]
+    capsys.readouterr()
+    assert main(argv(world, out, "--resume", "--model-dtype", "bfloat16")) == 2
+    assert "model_dtype was 'float32', now 'bfloat16'" in capsys.readouterr().err
+    assert [r["id"] for r in records(out)] == ["v00", "v01"]
 
 
 def test_a_run_killed_with_sigkill_resumes_without_duplicates(world, tmp_path):

@@ -15,7 +15,7 @@ from vlr_plugins.registry import MODELS
 from vlr_plugins.vision.protocol import VideoTower
 
 pytest.importorskip("transformers")
-from _tiny_mllm import MAX_PIXELS, clip, tiny_qwen2_lm, write_clip  # noqa: E402
+from _tiny_mllm import MAX_PIXELS, clip, save_model_folder, tiny_qwen2_lm, write_clip  # noqa: E402
 
 TEXTS = ["A dog.", "A man slices a watermelon on a wooden table, then eats a piece.", "Snow falls."]
 
@@ -178,15 +178,12 @@ def test_a_text_only_lm_with_e5v_prompts():
 
 
 def test_loads_a_saved_model_folder_with_auto_classes(tiny_vl, tmp_path):
-    model, processor = tiny_vl
-    model.save_pretrained(tmp_path / "vl")
-    processor.save_pretrained(tmp_path / "vl")
+    save_model_folder(tmp_path / "vl", *tiny_vl)
     loaded = EOLEmbedder(str(tmp_path / "vl"), min_pixels=28 * 28, max_pixels=MAX_PIXELS)
     assert loaded.kind == "mllm"
     torch.testing.assert_close(loaded.encode_text(TEXTS), embedder(tiny_vl).encode_text(TEXTS))
     lm, tok = tiny_qwen2_lm()
-    lm.save_pretrained(tmp_path / "lm")
-    tok.save_pretrained(tmp_path / "lm")
+    save_model_folder(tmp_path / "lm", lm, tok)
     text_only = MODELS.build({"type": "EOLEmbedder", "pretrained": str(tmp_path / "lm"), "prompt": "e5v"})
     assert text_only.kind == "llm"
     torch.testing.assert_close(text_only.encode_text(TEXTS), EOLEmbedder(model=lm, processor=tok, prompt="e5v")

@@ -16,7 +16,7 @@ pytest.importorskip("torchvision")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tiny_mllm import clip, tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import clip, save_tiny_qwen2vl, write_clip  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder, load_eol_embedder  # noqa: E402
@@ -34,11 +34,7 @@ def manual_top(model, tokenizer, inputs, k):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=7)
-    folder = tmp_path_factory.mktemp("lens") / "tiny-qwen2vl"
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("lens") / "tiny-qwen2vl", seed=7)
 
 
 @pytest.mark.parametrize("modality", ["text", "video"])
@@ -69,6 +65,7 @@ def test_vlr_lens_prints_writes_and_plots_the_same_tokens(saved, tmp_path, capsy
     printed = capsys.readouterr().out
     got = json.loads((out / "lens.json").read_text())
     assert [(r["modality"], r["model"]) for r in got] == [("text", str(saved)), ("video", str(saved))]
+    assert {r["model_dtype"] for r in got} == {"float32"}  # auto: the folder's own
     emb = EOLEmbedder(saved, prompt="care")
     for record, (modality, item) in zip(got, [("text", "a dog runs"), ("video", video)]):
         expected = manual_top(emb.model, emb.tokenizer, emb.inputs(modality, [item]), 5)

@@ -34,40 +34,16 @@ def test_the_backend_is_refused_where_it_cannot_run(tmp_path):
         VLLMVideoCaptioner(tmp_path / "any-model", "carebench")
 
 
-def _vllm_sized_qwen2vl(folder):
-    """A tiny random Qwen2-VL whose attention heads vLLM's kernels take (head size 64)."""
-    from _tiny_mllm import tiny_processor
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    processor = tiny_processor()
-    tok = processor.tokenizer
-    config = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         rope_parameters={"rope_type": "default", "mrope_section": [8, 12, 12],
-                                          "rope_theta": 10000.0},
-                         bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        vision_config=dict(depth=2, embed_dim=64, hidden_size=128, num_heads=1, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=processor.image_token_id, video_token_id=processor.video_token_id,
-        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
-    torch.manual_seed(0)
-    Qwen2VLForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.gpu
 @pytest.mark.optional_package("vllm")  # not in benchmarks/gpu_wheels.txt: listed as not run there
 def test_vllm_and_transformers_embed_alike(tmp_path):
     pytest.importorskip("transformers")
-    from _tiny_mllm import clip
+    from _tiny_mllm import VLLM_SIZED, clip, save_tiny_qwen2vl
 
     from vlr_plugins.mllm import EOLEmbedder
     from vlr_plugins.mllm.vllm_backend import VLLMEmbedder
 
-    folder = _vllm_sized_qwen2vl(tmp_path / "tiny")
+    folder = save_tiny_qwen2vl(tmp_path / "tiny", dtype=torch.bfloat16, **VLLM_SIZED)  # head size 64, for vLLM
     texts = ["A man slices a watermelon.", "two dogs", "Someone opens the door slowly, then leaves."]
     clips = [clip(4, 56, 56, seed=1), clip(4, 56, 56, seed=2)]
     video = dict(num_frames=4, min_pixels=28 * 28, max_pixels=56 * 56)

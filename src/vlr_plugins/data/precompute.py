@@ -252,7 +252,8 @@ def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> 
       an unknown name, a folder without the files) is one
       :class:`~vlr_plugins.errors.ModelLoadError` naming it and ``setting``.
     - ``"mllm:FOLDER[:PROMPT]"``: the image side of a CaRe / E5-V MLLM
-      (:class:`~vlr_plugins.mllm.model_spec.EOLImageEncoder`); ``kwargs`` (``device``) go to
+      (:class:`~vlr_plugins.mllm.model_spec.EOLImageEncoder`); ``kwargs`` (``device``,
+      ``dtype``: the model's, ``"auto"`` its checkpoint's) go to
       :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`.
     - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` (the current
       folder is searched first, as ``python -m`` does) and takes ``attr``. A class is

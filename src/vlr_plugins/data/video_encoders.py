@@ -218,7 +218,8 @@ def _tower_geometry(tower: Any, what: str) -> tuple[int, tuple[float, ...], tupl
     return size, mean, std
 
 
-def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str | torch.device = "cpu") -> Any:
+def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str | torch.device = "cpu",
+                       dtype: str | torch.dtype | None = None) -> Any:
     """Build a video tower (:class:`~vlr_plugins.vision.VideoTower`) from a string, as the CLI names one.
 
     - ``"open_clip:MODEL[:PRETRAINED]"``: open_clip's ``MODEL`` image tower, run on every frame
@@ -241,9 +242,10 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
     - ``"mllm:FOLDER[:PROMPT]"``: the video side of a CaRe / E5-V
       :class:`~vlr_plugins.mllm.EOLEmbedder` (an MLLM folder or a ``vlr export`` of one, under
       the EOL prompt ``PROMPT``, default the export's own or ``care``;
-      :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`). It sees the frames the caller
-      samples (``vlr precompute --frames/--sampler``; CaReBench: 32, uniform), resized by its
-      processor.
+      :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`), in ``dtype`` (``"auto"`` or None:
+      the checkpoint's own; :mod:`vlr_plugins.mllm.model_dtype`). It sees the frames the
+      caller samples (``vlr precompute --frames/--sampler``; CaReBench: 32, uniform), resized
+      by its processor. ``dtype`` is refused for every other spec.
     - ``"module.sub:attr"``: imports ``module.sub`` (the current folder first, as ``python -m``
       does) and takes ``attr``: a tower itself, or a class or function called without
       arguments that returns one.
@@ -262,12 +264,15 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
         torch.Size([2, 512])
     """
     what = f"{setting} {spec!r}"
+    if dtype not in (None, "auto") and not spec.startswith("mllm:"):
+        raise _tower_error(what, f"a model dtype ({dtype}) is chosen for mllm: specs only; this tower is "
+                                 "loaded as it is stored")
     if spec.startswith("open_clip:"):
         tower = _open_clip_encoder(spec[len("open_clip:"):], what, setting)
     elif spec.startswith("mllm:"):
         from vlr_plugins.mllm.model_spec import load_mllm_spec
 
-        tower = load_mllm_spec(spec, setting=setting, device=device)
+        tower = load_mllm_spec(spec, setting=setting, device=device, dtype=dtype)
     elif spec.startswith(_TRAINED_PREFIX):
         tower = _trained_encoder(spec[len(_TRAINED_PREFIX):], what)
     elif Path(spec).suffix.lower() in _CONFIG_SUFFIXES:

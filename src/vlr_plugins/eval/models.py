@@ -197,24 +197,32 @@ def _python_model(spec: str, setting: str) -> Any:
     return obj
 
 
-def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.device = "cpu") -> Any:
+def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.device = "cpu",
+                    dtype: str | torch.dtype | None = None) -> Any:
     """The text model ``spec`` names, for ``open_clip:``, ``mllm:`` and ``module:callable`` specs.
 
     - ``open_clip:MODEL:CHECKPOINT_OR_TAG``: an open_clip or Long-CLIP model
       (:func:`~vlr_plugins.eval.open_clip_text.load_open_clip_text_model`), on ``device``;
     - ``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V :class:`~vlr_plugins.mllm.EOLEmbedder` (an MLLM
       folder or a ``vlr export``; :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`), on
-      ``device``: its ``encode_text`` embeds each text under the EOL prompt;
+      ``device``, in ``dtype`` (``"auto"`` or None: the checkpoint's own;
+      :mod:`vlr_plugins.mllm.model_dtype`): its ``encode_text`` embeds each text under the
+      EOL prompt;
     - ``module.sub:attr``: ``attr`` of ``module.sub`` (the current folder searched first):
       an object with ``encode_text``, or a class or function that returns one when
       called without arguments. It is used as returned (an ``nn.Module`` is put in eval
       mode, not moved: its ``encode_text`` places its inputs).
 
     Every way the spec can be unusable is one :class:`~vlr_plugins.errors.UserError`
-    naming ``setting``; a model that cannot be downloaded (offline) a
-    :class:`~vlr_plugins.errors.ModelLoadError`.
+    naming ``setting``, as is a ``dtype`` for any spec but ``mllm:``; a model that cannot be
+    downloaded (offline) a :class:`~vlr_plugins.errors.ModelLoadError`.
     """
     source = text_model_source(spec)
+    if dtype not in (None, "auto") and source != "mllm":
+        from vlr_plugins.errors import UsageError
+
+        raise UsageError(setting, f"{spec!r}: a model dtype ({dtype}) is chosen for mllm: specs only; this model "
+                                  "is loaded as its own code loads it")
     if source == "open_clip":
         from vlr_plugins.eval.open_clip_text import load_open_clip_text_model
 
@@ -222,7 +230,7 @@ def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.
     if source == "mllm":
         from vlr_plugins.mllm.model_spec import load_mllm_spec
 
-        return load_mllm_spec(spec, setting=setting, device=device)
+        return load_mllm_spec(spec, setting=setting, device=device, dtype=dtype)
     if source == "python":
         return _python_model(spec, setting)
     raise ValueError(f"{spec!r} names a checkpoint, which is loaded with its tokenizer, not by load_text_model")

@@ -45,6 +45,7 @@ def write_eval_report(
     protocol: str | None = None,
     tables: Sequence[str] = (),
     unified: Mapping[str, Any] | None = None,
+    model_dtype: str | None = None,
 ) -> dict[str, Any]:
     """Write the report of one model's evaluation into ``out_dir``; each file atomically.
 
@@ -52,10 +53,12 @@ def write_eval_report(
     (``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: curve}}``).
     ``tables``: names of :func:`~vlr_plugins.eval.tables.list_tables` to fill in.
     ``unified``: CaRe's unified score (:func:`~vlr_plugins.eval.capst.unified_score` with
-    the CapST results it was joined with, under ``"capst"``), when given.
+    the CapST results it was joined with, under ``"capst"``), when given. ``model_dtype``: the
+    dtype an MLLM computed in (``"bfloat16"``; :mod:`vlr_plugins.mllm.model_dtype`), recorded
+    beside ``model`` when given, so that runs at different dtypes are told apart.
 
-    - ``results.json``: ``{"model", "label", "protocol", **result, "tables": {name: table},
-      "unified": unified}`` (:func:`~vlr_plugins.eval.tables.fill_table`);
+    - ``results.json``: ``{"model", "model_dtype" (when given), "label", "protocol", **result,
+      "tables": {name: table}, "unified": unified}`` (:func:`~vlr_plugins.eval.tables.fill_table`);
     - ``results.md``: the token budgets (and frames, text views), a recall table (one row,
       ``label``), then each of ``tables`` in its paper's layout, then the unified score;
     - ``recall.png``, per benchmark with a truncation sweep ``truncation-<benchmark>.png``
@@ -73,7 +76,8 @@ def write_eval_report(
     out = os.fspath(out_dir)
     json_path, md_path = os.path.join(out, "results.json"), os.path.join(out, "results.md")
     filled = {name: fill_table(list_tables()[name], result["recall"], label, protocol=protocol) for name in tables}
-    atomic_write_json(json_path, {"model": str(model), "label": label, "protocol": protocol, **result,
+    atomic_write_json(json_path, {"model": str(model), **({"model_dtype": model_dtype} if model_dtype else {}),
+                                  "label": label, "protocol": protocol, **result,
                                   **({"tables": filled} if filled else {}),
                                   **({"unified": dict(unified)} if unified is not None else {})})
     names = list(result["recall"])

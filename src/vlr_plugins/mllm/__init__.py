@@ -16,6 +16,8 @@
 * :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
 * :func:`load_mllm_spec`, :class:`EOLImageEncoder` -- ``mllm:FOLDER[:PROMPT]``, the spec
   ``vlr precompute --encoder`` and ``vlr eval --model`` take (CaReBench evaluation).
+* :data:`MODEL_DTYPES` -- the dtypes ``--model-dtype`` loads a model in (``auto``: the
+  checkpoint's own); :mod:`vlr_plugins.mllm.model_dtype`.
 * :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
   :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
   settings as data, written to a resumable, kill-safe JSON Lines file.
@@ -37,6 +39,7 @@ from vlr_plugins.mllm.captions_file import CaptionsFile
 from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
 from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
 from vlr_plugins.mllm.loading import load_eol_embedder
+from vlr_plugins.mllm.model_dtype import MODEL_DTYPES
 from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_spec
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
@@ -62,6 +65,7 @@ __all__ = [
     "load_eol_embedder",
     "load_mllm_spec",
     "EOLImageEncoder",
+    "MODEL_DTYPES",
     "logit_lens",
     "plot_lens",
     "LensResult",

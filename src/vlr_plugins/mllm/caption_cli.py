@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from vlr_plugins._argtypes import at_least
+from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
 __all__ = ["add_cli"]
 
@@ -62,8 +63,9 @@ def _run(args: argparse.Namespace) -> int:
                                 f"--overwrite to start it over")
     if args.resume and args.overwrite:
         raise UsageError("--resume", "and --overwrite exclude each other")
-    record = {"model": args.model, "backend": args.backend, **settings.describe()}
     captioner = _captioner(args, settings)
+    record = {"model": args.model, "model_dtype": _model_dtype_of(captioner, args.model_dtype),
+              "backend": args.backend, **settings.describe()}
     with CaptionsFile(args.out, record, resume=args.resume, overwrite=args.overwrite, resume_flag="--resume",
                       overwrite_flag="--overwrite") as out:
         if out.cut_partial_line:
@@ -79,6 +81,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_dtype_of(captioner: Any, asked: str) -> str:
+    """The dtype the captioner's model computes in (what the settings record keeps, so that a
+    resumed run at another dtype is refused): the model's own, or the one vLLM's engine chose."""
+    from vlr_plugins.mllm.model_dtype import dtype_name
+
+    if captioner.backend == "transformers":
+        return dtype_name(captioner.model)
+    config = getattr(getattr(captioner.llm, "llm_engine", None), "model_config", None)
+    chosen = getattr(config, "dtype", None)
+    return str(chosen).removeprefix("torch.") if chosen is not None else asked
+
+
 def _captioner(args: argparse.Namespace, settings: Any) -> Any:
     from vlr_plugins.errors import ConfigError
     from vlr_plugins.mllm.loading import load_eol_embedder
@@ -86,10 +100,10 @@ def _captioner(args: argparse.Namespace, settings: Any) -> Any:
     if args.backend == "vllm":
         from vlr_plugins.mllm.vllm_backend import VLLMVideoCaptioner
 
-        return VLLMVideoCaptioner(args.model, settings, dtype=args.dtype)
+        return VLLMVideoCaptioner(args.model, settings, dtype=None if args.model_dtype == "auto" else args.model_dtype)
     from vlr_plugins.mllm.captioner import VideoCaptioner
 
-    emb = load_eol_embedder(args.model, setting="--model", dtype=args.dtype, device=args.device)
+    emb = load_eol_embedder(args.model, setting="--model", dtype=args.model_dtype, device=args.device)
     if emb.kind != "mllm":
         raise ConfigError(f"--model: {args.model} is a text-only language model; captioning videos needs an MLLM")
     return VideoCaptioner(emb.model, emb.processor, settings)
@@ -119,7 +133,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
                    help="vllm: bulk generation on GPUs (needs vllm and a GPU)")
     s.add_argument("--batch-size", type=at_least(1), default=1)
     s.add_argument("--limit", type=at_least(1), help="caption only the first N videos")
-    s.add_argument("--dtype", help="bfloat16, float16 or float32 (default: the checkpoint's)")
+    add_model_dtype_option(s, "--dtype")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(fn=_run)

@@ -26,6 +26,7 @@ from torch import nn
 
 from vlr_plugins.errors import ConfigError, loading_pretrained
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels, processor_video_kwargs
+from vlr_plugins.mllm.model_dtype import resolve_model_dtype
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, load_eol_prompt, truncate_sentences
 from vlr_plugins.registry import MODELS
@@ -39,12 +40,11 @@ _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 def _dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    if value is None or isinstance(value, torch.dtype):
-        return value
-    dtype = getattr(torch, str(value), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ConfigError(f"dtype: expected a torch dtype name such as 'bfloat16', found {value!r}")
-    return dtype
+    try:
+        return resolve_model_dtype(value)
+    except ValueError:
+        raise ConfigError(f"dtype: expected a torch dtype name such as 'bfloat16' (or 'auto': the checkpoint's "
+                          f"own), found {value!r}") from None
 
 
 def chat_renderer(processor: Any, prompt_name: str = "?") -> Any:

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from vlr_plugins._argtypes import at_least
+from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
 __all__ = ["add_cli"]
 
@@ -30,12 +31,15 @@ def _run(args: argparse.Namespace) -> int:
     from vlr_plugins.errors import ConfigError
     from vlr_plugins.mllm.lens import logit_lens, plot_lens
     from vlr_plugins.mllm.loading import load_eol_embedder
+    from vlr_plugins.mllm.model_dtype import dtype_name
 
     items = _inputs(args)
     check_output_dir(args.out, "--out")
-    results, labels = [], []
+    results, labels, dtypes = [], [], {}
     for model in args.model:
-        emb = load_eol_embedder(model, prompt=args.prompt, setting="--model", dtype=args.dtype, device=args.device)
+        emb = load_eol_embedder(model, prompt=args.prompt, setting="--model", dtype=args.model_dtype,
+                                device=args.device)
+        dtypes[model] = dtype_name(emb.model)
         if emb.kind == "llm" and any(m != "text" for m, _ in items):
             raise ConfigError(f"--model: {model} is a text-only language model; it has no lens for images or videos")
         for modality, item in items:
@@ -47,7 +51,8 @@ def _run(args: argparse.Namespace) -> int:
             print(result.table())
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "lens.json")
-    atomic_write_json(json_path, [{"model": model, **r.to_dict()} for model, r in results])
+    atomic_write_json(json_path, [{"model": model, "model_dtype": dtypes[model], **r.to_dict()}
+                                  for model, r in results])
     written = [json_path]
     if not args.no_plot:
         written.append(plot_lens([r for _, r in results], os.path.join(args.out, "lens.png"), labels,
@@ -74,7 +79,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--top-k", type=at_least(1), default=20)
     s.add_argument("--out", default="vlr-lens", help="the folder for lens.json and lens.png")
     s.add_argument("--no-plot", action="store_true", help="no lens.png (no matplotlib needed)")
-    s.add_argument("--dtype", help="bfloat16, float16 or float32 (default: the checkpoint's)")
+    add_model_dtype_option(s, "--dtype")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     s.set_defaults(fn=_run)
     return s

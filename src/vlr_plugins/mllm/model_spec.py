@@ -86,7 +86,8 @@ def load_mllm_spec(spec: str, *, setting: str = "--model", device: Any = None, *
     """The :class:`~vlr_plugins.mllm.EOLEmbedder` ``spec`` names, in eval mode on ``device``.
 
     ``spec`` is ``mllm:FOLDER[:PROMPT]`` (module docstring); ``kwargs`` go to
-    :func:`~vlr_plugins.mllm.load_eol_embedder` (``dtype``, ...). Refused, naming ``setting``,
+    :func:`~vlr_plugins.mllm.load_eol_embedder` (``dtype``: ``"auto"``, the default, is the
+    checkpoint's own; :mod:`vlr_plugins.mllm.model_dtype`). Refused, naming ``setting``,
     with a :class:`~vlr_plugins.errors.UsageError`: a folder that is not there or holds no
     model, an unknown prompt name (the message lists the shipped ones), and a text-only
     language model (it embeds no videos); a model that cannot be loaded is a

@@ -24,7 +24,7 @@ from mmengine.runner import Runner  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bad_inputs"))
 from _refusal import run_vlr  # noqa: E402
-from _tiny_mllm import tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, write_clip  # noqa: E402
 
 from vlr_plugins.integrations.mmengine.mllm_sft_model import CaptionSFTModel  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder  # noqa: E402
@@ -52,11 +52,7 @@ def _quiet_mmengine():
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=1)
-    path = tmp_path_factory.mktemp("tiny_qwen2vl")
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_qwen2vl"), seed=1))
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +198,10 @@ def test_vlr_train_care_stage1_hands_a_folder_to_stage2(tiny_folder, captions, t
                               "model.gradient_checkpointing=false", "train_cfg.max_epochs=1",
                               f"optim_wrapper={json.dumps(OPTIM)}", "experiment_name=stage2_cli"], cwd=tmp_path)
     assert code == 0, err
+
+
+def test_a_dtype_that_is_not_one_is_refused_before_loading(tiny_folder):
+    from vlr_plugins.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CaptionSFTModel: dtype: .*'auto'.*found 'fp16'"):
+        CaptionSFTModel(tiny_folder, dtype="fp16")

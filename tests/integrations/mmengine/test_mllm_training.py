@@ -20,7 +20,7 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
-from _tiny_mllm import tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.integrations.mmengine.mllm_model import EOLContrastiveModel  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder, EOLTripletsDataset, collate_eol_triplets  # noqa: E402
@@ -37,11 +37,7 @@ def _quiet_mmengine():
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    model, processor = tiny_qwen2vl(seed=1)
-    path = tmp_path_factory.mktemp("tiny_qwen2vl")
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_qwen2vl"), seed=1))
 
 
 @pytest.fixture(scope="module")

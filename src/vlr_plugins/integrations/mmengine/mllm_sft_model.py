@@ -34,6 +34,7 @@ from vlr_plugins.integrations.mmengine.mllm_model import (
 )
 from vlr_plugins.integrations.mmengine.registry import MODELS
 from vlr_plugins.mllm.caption_sft import IGNORE_INDEX
+from vlr_plugins.mllm.model_dtype import resolve_model_dtype
 
 __all__ = ["CaptionSFTModel", "answer_token_loss"]
 
@@ -57,10 +58,13 @@ def _load(pretrained: str, dtype: str | None, attn_implementation: str | None, t
     import transformers as tf
 
     kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if dtype is not None:
-        if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
-            raise ConfigError(f"CaptionSFTModel: dtype: expected a torch dtype name such as 'bfloat16', found {dtype!r}")
-        kw["dtype"] = getattr(torch, str(dtype))
+    try:
+        resolved = resolve_model_dtype(dtype)
+    except ValueError:
+        raise ConfigError(f"CaptionSFTModel: dtype: expected a torch dtype name such as 'bfloat16' (or 'auto': the "
+                          f"checkpoint's own), found {dtype!r}") from None
+    if resolved is not None:
+        kw["dtype"] = resolved
     if attn_implementation is not None:
         kw["attn_implementation"] = attn_implementation
     with loading_pretrained(pretrained, "model.pretrained"):
