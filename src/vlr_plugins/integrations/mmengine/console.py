@@ -103,7 +103,8 @@ def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> A
     Its console handler shows only what :class:`ConsoleFilter` lets through (``verbose``:
     everything); the run's log file keeps every line at the config's ``log_level``.
     ``progress=False`` also drops the per-interval progress lines (for callers with their
-    own progress display).
+    own progress display). The run gets a timestamp of its own
+    (:func:`~vlr_plugins.integrations.mmengine.run_timestamp.claim_timestamp`).
     """
     from mmengine.runner import FlexibleRunner, Runner
 
@@ -119,7 +120,7 @@ def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> A
     console = None if verbose else ConsoleFilter(progress)
     if issubclass(base, FlexibleRunner):  # its strategy sets up the run and builds the logger
         return _flexible_runner(base, console).from_cfg(cfg)
-    return _ours(base, console).from_cfg(cfg)
+    return _ours(base, console, "setup_env").from_cfg(cfg)
 
 
 def _quiet(logger: Any, console: ConsoleFilter | None) -> Any:
@@ -130,15 +131,21 @@ def _quiet(logger: Any, console: ConsoleFilter | None) -> Any:
     return logger
 
 
-def _ours(base: type, console: ConsoleFilter | None) -> type:
-    """``base`` (a runner, or a FlexibleRunner's strategy: whichever builds the run's
-    logger) with its console filtered."""
+def _ours(base: type, console: ConsoleFilter | None, setup_env: str) -> type:
+    """``base`` (a runner, or a FlexibleRunner's strategy: whichever sets up the run and
+    builds its logger) with its console filtered and a timestamp of its own, taken right
+    after ``setup_env`` sets MMEngine's and before the log folder and logger are made."""
+    from vlr_plugins.integrations.mmengine.run_timestamp import claim_timestamp
 
     def build_logger(self: Any, *args: Any, **kwargs: Any) -> Any:
         return _quiet(super(cls, self).build_logger(*args, **kwargs), console)
 
+    def setup(self: Any, *args: Any, **kwargs: Any) -> None:
+        getattr(super(cls, self), setup_env)(*args, **kwargs)
+        self._timestamp = claim_timestamp(self._work_dir, self._timestamp)
+
     # the same name: FlexibleRunner.build_strategy recognizes DeepSpeedStrategy by its class name
-    cls = type(base.__name__, (base,), {"build_logger": build_logger, "__module__": __name__})
+    cls = type(base.__name__, (base,), {"build_logger": build_logger, setup_env: setup, "__module__": __name__})
     return cls
 
 
@@ -151,7 +158,7 @@ def _flexible_runner(base: type, console: ConsoleFilter | None) -> type:
         if isinstance(strategy, dict):
             kind = STRATEGIES.get(strategy["type"]) if isinstance(strategy["type"], str) else strategy["type"]
             if kind is not None:  # else MMEngine names the unknown type
-                strategy = dict(strategy, type=_ours(kind, console))
+                strategy = dict(strategy, type=_ours(kind, console, "_setup_env"))
         return super(cls, self).build_strategy(strategy, launcher, **kwargs)
 
     cls = type(base.__name__, (base,), {"build_strategy": build_strategy, "__module__": __name__})
