@@ -104,12 +104,15 @@ def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> A
     everything); the run's log file keeps every line at the config's ``log_level``.
     ``progress=False`` also drops the per-interval progress lines (for callers with their
     own progress display). The run gets a timestamp of its own
-    (:func:`~vlr_plugins.integrations.mmengine.run_timestamp.claim_timestamp`).
+    (:func:`~vlr_plugins.integrations.mmengine.run_timestamp.claim_timestamp`), and formats
+    its config once (:class:`~vlr_plugins.integrations.mmengine.config_text.FormattedOnceConfig`).
     """
     from mmengine.runner import FlexibleRunner, Runner
 
+    from vlr_plugins.integrations.mmengine.config_text import FormattedOnceConfig
     from vlr_plugins.integrations.mmengine.registry import RUNNERS
 
+    cfg = FormattedOnceConfig.of(cfg)
     runner_type = cfg.get("runner_type") or "Runner"
     base = RUNNERS.get(runner_type) if isinstance(runner_type, str) else runner_type
     if not (isinstance(base, type) and issubclass(base, (Runner, FlexibleRunner))):
