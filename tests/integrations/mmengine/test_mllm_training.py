@@ -226,6 +226,7 @@ def test_vlr_train_builds_the_recipes_flexible_runner_with_a_quiet_console(tiny_
                  "--set", f"model.embedder.pretrained={tiny_folder}", f"train_dataloader.dataset.tokenizer={tiny_folder}",
                  "train_dataloader.batch_size=2", "train_dataloader.num_workers=0",
                  "train_dataloader.persistent_workers=false", "train_cfg.max_epochs=1", "runner_type=FlexibleRunner",
+                 "strategy={type: SingleDeviceStrategy}",  # a section the recipe lacks, added whole
                  "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}",
                  "env_cfg.dist_cfg.backend=gloo"]) == 0
     console = capsys.readouterr().out
