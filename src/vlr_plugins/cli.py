@@ -95,13 +95,9 @@ def _train_native(args: argparse.Namespace, path: str) -> int:
             return 0
         check_launcher(args.launcher)
         with nothing_left_on_failure(cfg.work_dir):
-            if cfg.get("runner_type") == "FlexibleRunner":
-                from mmengine.runner import FlexibleRunner
-
-                runner = FlexibleRunner.from_cfg(cfg)
-            else:
-                runner = build_runner(cfg, verbose=args.verbose)
-            print(f"training {vlr.get('name', args.recipe)} in {cfg.work_dir}", flush=True)
+            runner = build_runner(cfg, verbose=args.verbose)  # Runner, or the recipe's FlexibleRunner
+            print(f"training {vlr.get('name', args.recipe)} in {cfg.work_dir}; full log: "
+                  f"{os.path.join(runner.log_dir, runner.timestamp + '.log')}", flush=True)
             runner.train()
     return 0
 

@@ -35,3 +35,12 @@ def test_mixed_precision_without_a_gpu_is_refused_with_the_way_out(tmp_path):
     work = tmp_path / "run"
     assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED],
                    "AmpOptimWrapper", "optim_wrapper={type: OptimWrapper", leaves=[work], cwd=tmp_path)
+
+
+def test_an_unknown_runner_type_is_refused_naming_the_key(tmp_path):
+    csv = tmp_path / "nli.csv"
+    csv.write_text("sent0,sent1,hard_neg\na,b,c\n")
+    work = tmp_path / "run"
+    assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED,
+                    "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}", "runner_type=NoSuchRunner"],
+                   "runner_type", "FlexibleRunner", "'NoSuchRunner'", leaves=[work], cwd=tmp_path)

@@ -79,6 +79,22 @@ def test_third_party_warnings_hides_each_listed_warning_by_message_category_and_
         assert [str(w.message) for w in seen] == [deprecation, "old API"]
 
 
+def test_peft_reading_transformers_deprecated_checkpointing_alias_is_not_shown():
+    transformers = pytest.importorskip("transformers")
+    model = transformers.BertModel(transformers.BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1,
+                                                           num_attention_heads=2, intermediate_size=8))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        getattr(model, "is_gradient_checkpointing", True)  # as peft.PeftModel.__init__ does
+        with third_party_warnings():
+            getattr(model, "is_gradient_checkpointing", True)
+        with third_party_warnings(verbose=True):
+            getattr(model, "is_gradient_checkpointing", True)
+    assert [w.category for w in seen] == [FutureWarning, FutureWarning]
+    (notice,) = [n for n in THIRD_PARTY_WARNINGS if re.match(n.message, str(seen[0].message))]
+    assert re.fullmatch(notice.emitter, "transformers.modeling_utils")
+
+
 def test_the_runner_logs_everything_to_its_file_and_little_to_the_console(tiny_world, tiny_encoder_cfg, tmp_path,
                                                                           capsys):
     from mmengine.config import Config

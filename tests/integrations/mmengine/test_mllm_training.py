@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import re
 import sys
+import warnings
 
 import pytest
 import torch
@@ -17,7 +19,7 @@ pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 from mmengine.config import Config  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
+from mmengine.runner import FlexibleRunner, Runner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
 from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
@@ -169,6 +171,65 @@ def test_the_flexible_runner_path_runs_the_same_model(tiny_folder, nli_csv, tmp_
     before = EOLEmbedder(tiny_folder).model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before if ".visual." in k)
     assert any(not torch.equal(before[k], after[k]) for k in before if ".language_model." in k)
+
+
+class _RealProblems:
+    """A hook that warns, as a run's own code would: a Python warning and a log record."""
+
+    def before_train(self, runner) -> None:
+        warnings.warn("the run's own warning", UserWarning)
+        runner.logger.warning("the run's own log warning")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_flexible_runner_run_shows_progress_and_real_warnings_and_logs_the_rest(verbose, tiny_folder, nli_csv,
+                                                                                 tmp_path, capsys):
+    """CaRe's DeepSpeed recipe runs on FlexibleRunner, whose strategy builds the logger: its
+    console is filtered as the Runner's is, and its log file keeps everything."""
+    from mmengine.hooks import Hook
+
+    from vlr_plugins.integrations.mmengine.console import NOISE, build_runner, third_party_warnings
+
+    cfg = stage2_config("stage2_paper", tiny_folder, nli_csv, tmp_path)
+    cfg.runner_type, cfg.log_level = "FlexibleRunner", "INFO"
+    hook = type("RealProblemsHook", (_RealProblems, Hook), {})
+    # pytest records warnings itself: show them as Python does by default, and keep the list
+    with warnings.catch_warnings(record=True) as seen, third_party_warnings(verbose):  # as `vlr train` runs
+        runner = build_runner(cfg, verbose=verbose)
+        assert type(runner).__mro__[1] is FlexibleRunner
+        runner.register_hook(hook())
+        runner.train()
+    captured = capsys.readouterr()
+    console = captured.out + captured.err
+    log = (tmp_path / runner.timestamp / f"{runner.timestamp}.log").read_text()
+    assert "the run's own warning" in [str(w.message) for w in seen]
+    assert "the run's own log warning" in console and "Epoch(train) [1][10/10]" in console
+    for line in ("System environment", "Config:", "Hooks will be executed", "SyncBatchNorm", "Exp name:"):
+        assert line in log, line
+        assert (line in console) is verbose, line
+    for notice in NOISE:  # HardDiskBackend's comes once per process, as FileClient caches its backends
+        if re.search(notice.message, log):
+            assert bool(re.search(notice.message, console)) is verbose, notice.message
+        else:
+            assert "HardDiskBackend" in notice.message
+
+
+def test_vlr_train_builds_the_recipes_flexible_runner_with_a_quiet_console(tiny_folder, nli_csv, tmp_path, capsys):
+    from vlr_plugins.cli import main
+
+    work = tmp_path / "run"
+    assert main(["train", "care/stage2_paper", "--train", nli_csv, "--work-dir", str(work),
+                 "--set", f"model.embedder.pretrained={tiny_folder}", f"train_dataloader.dataset.tokenizer={tiny_folder}",
+                 "train_dataloader.batch_size=2", "train_dataloader.num_workers=0",
+                 "train_dataloader.persistent_workers=false", "train_cfg.max_epochs=1", "runner_type=FlexibleRunner",
+                 "strategy={type: SingleDeviceStrategy}",  # a section the recipe lacks, added whole
+                 "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}",
+                 "env_cfg.dist_cfg.backend=gloo"]) == 0
+    console = capsys.readouterr().out
+    (log,) = work.glob("*/*.log")
+    assert f"full log: {log}" in console and "Epoch(train) [1][10/10]" in console
+    assert "System environment" not in console and "Config:" not in console
+    assert "System environment" in log.read_text() and (work / "epoch_1.pth").is_file()
 
 
 def test_vlr_train_runs_a_care_recipe_filled_from_the_command_line(tiny_folder, nli_csv, tmp_path, capsys):

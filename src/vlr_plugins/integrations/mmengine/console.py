@@ -4,8 +4,10 @@ the run's log file.
 MMEngine's Runner logs, on the console and in ``<work_dir>/<timestamp>/<timestamp>.log``
 alike, its environment (~30 lines), the whole config (~200), the hook order (~60) and
 notices such as "Dataset ... has no metainfo" before the first step, so a user's own
-problem would sit below a few hundred lines. :func:`build_runner` keeps the log file
-complete and trims the console to :class:`ConsoleFilter`'s choice;
+problem would sit below a few hundred lines. :func:`build_runner` (every runner a ``vlr``
+command builds: ``Runner``, and the ``FlexibleRunner`` of CaRe's DeepSpeed recipe, whose
+strategy builds the logger) keeps the log file complete and trims the console to
+:class:`ConsoleFilter`'s choice;
 :func:`third_party_warnings` hides the Python warnings of :data:`THIRD_PARTY_WARNINGS`
 while a run is built and trained. Both drop only the messages listed here, each matched by
 its text and by who emits it (the logger, or the warning's category and module), so that
@@ -62,6 +64,12 @@ THIRD_PARTY_WARNINGS: tuple[Notice, ...] = (
            "AmpOptimWrapper.__init__ (``train.amp`` on a GPU) builds torch.cuda.amp.GradScaler, "
            "which torch deprecates in favour of torch.amp.GradScaler('cuda')",
            FutureWarning),
+    Notice(r"`is_gradient_checkpointing` is deprecated and will be removed in v6\.",
+           r"transformers\.modeling_utils",
+           "PreTrainedModel.is_gradient_checkpointing, transformers 5's deprecated alias, read by "
+           "peft.PeftModel.__init__ (``getattr(model, 'is_gradient_checkpointing', True)``) as every LoRA "
+           "run (E5-V, ``model.finetune: lora``) wraps its model",
+           FutureWarning),
 )
 #: INFO lines worth a console: the logger hook's progress and metrics, checkpoints
 PROGRESS: tuple[str, ...] = (
@@ -88,26 +96,76 @@ class ConsoleFilter(logging.Filter):
 
 
 def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> Any:
-    """``Runner.from_cfg(cfg)`` whose console handler shows only what
-    :class:`ConsoleFilter` lets through (``verbose``: everything); the run's log file
-    keeps every line at the config's ``log_level``. ``progress=False`` also drops the
-    per-interval progress lines (for callers with their own progress display)."""
-    from mmengine.runner import Runner
+    """The runner of ``cfg`` (a ``Config`` or dict), built as ``Runner.from_cfg`` builds it:
+    ``cfg.runner_type`` picks the class (MMEngine's ``Runner`` by default, ``FlexibleRunner``
+    for DeepSpeed / FSDP strategies, any runner registered under MMEngine's ``RUNNERS``).
 
-    if verbose:
-        return Runner.from_cfg(cfg)
-    console = ConsoleFilter(progress)
+    Its console handler shows only what :class:`ConsoleFilter` lets through (``verbose``:
+    everything); the run's log file keeps every line at the config's ``log_level``.
+    ``progress=False`` also drops the per-interval progress lines (for callers with their
+    own progress display). The run gets a timestamp of its own
+    (:func:`~vlr_plugins.integrations.mmengine.run_timestamp.claim_timestamp`), and formats
+    its config once (:class:`~vlr_plugins.integrations.mmengine.config_text.FormattedOnceConfig`).
+    """
+    from mmengine.runner import FlexibleRunner, Runner
 
-    class QuietRunner(Runner):
-        def build_logger(self, *args: Any, **kwargs: Any) -> Any:
-            logger = super().build_logger(*args, **kwargs)
-            for handler in logger.handlers:
-                # the console handler; FileHandler is a StreamHandler too, and keeps everything
-                if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                    handler.addFilter(console)
-            return logger
+    from vlr_plugins.integrations.mmengine.config_text import FormattedOnceConfig
+    from vlr_plugins.integrations.mmengine.registry import RUNNERS
 
-    return QuietRunner.from_cfg(cfg)
+    cfg = FormattedOnceConfig.of(cfg)
+    runner_type = cfg.get("runner_type") or "Runner"
+    base = RUNNERS.get(runner_type) if isinstance(runner_type, str) else runner_type
+    if not (isinstance(base, type) and issubclass(base, (Runner, FlexibleRunner))):
+        from vlr_plugins.errors import ConfigError
+
+        raise ConfigError(f"runner_type: expected Runner, FlexibleRunner or a registered subclass of either, "
+                          f"found {runner_type!r}")
+    console = None if verbose else ConsoleFilter(progress)
+    if issubclass(base, FlexibleRunner):  # its strategy sets up the run and builds the logger
+        return _flexible_runner(base, console).from_cfg(cfg)
+    return _ours(base, console, "setup_env").from_cfg(cfg)
+
+
+def _quiet(logger: Any, console: ConsoleFilter | None) -> Any:
+    for handler in logger.handlers if console is not None else ():
+        # the console handler; FileHandler is a StreamHandler too, and keeps everything
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.addFilter(console)
+    return logger
+
+
+def _ours(base: type, console: ConsoleFilter | None, setup_env: str) -> type:
+    """``base`` (a runner, or a FlexibleRunner's strategy: whichever sets up the run and
+    builds its logger) with its console filtered and a timestamp of its own, taken right
+    after ``setup_env`` sets MMEngine's and before the log folder and logger are made."""
+    from vlr_plugins.integrations.mmengine.run_timestamp import claim_timestamp
+
+    def build_logger(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _quiet(super(cls, self).build_logger(*args, **kwargs), console)
+
+    def setup(self: Any, *args: Any, **kwargs: Any) -> None:
+        getattr(super(cls, self), setup_env)(*args, **kwargs)
+        self._timestamp = claim_timestamp(self._work_dir, self._timestamp)
+
+    # the same name: FlexibleRunner.build_strategy recognizes DeepSpeedStrategy by its class name
+    cls = type(base.__name__, (base,), {"build_logger": build_logger, setup_env: setup, "__module__": __name__})
+    return cls
+
+
+def _flexible_runner(base: type, console: ConsoleFilter | None) -> type:
+    from mmengine.registry import STRATEGIES
+
+    def build_strategy(self: Any, strategy: Any = None, launcher: str = "none", **kwargs: Any) -> Any:
+        if strategy is None:  # FlexibleRunner's own default
+            strategy = dict(type="SingleDeviceStrategy" if launcher == "none" else "DDPStrategy")
+        if isinstance(strategy, dict):
+            kind = STRATEGIES.get(strategy["type"]) if isinstance(strategy["type"], str) else strategy["type"]
+            if kind is not None:  # else MMEngine names the unknown type
+                strategy = dict(strategy, type=_ours(kind, console, "_setup_env"))
+        return super(cls, self).build_strategy(strategy, launcher, **kwargs)
+
+    cls = type(base.__name__, (base,), {"build_strategy": build_strategy, "__module__": __name__})
+    return cls
 
 
 @contextmanager

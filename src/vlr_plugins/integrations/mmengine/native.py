@@ -88,7 +88,9 @@ def load_native_config(path: str | os.PathLike, *, overrides: Mapping[str, Any],
     for key in overrides:
         if not _is_new_leaf(cfg, key):
             raise UsageError("--set", f"{key}: {path} has no section {key.rpartition('.')[0]!r}")
-    cfg.merge_from_dict(dict(overrides))
+    # a mapping for a section the config lacks adds it; MMEngine would keep its `_delete_` marker
+    cfg.merge_from_dict({key: _without_delete(value) if not _has_key(cfg, key) else value
+                         for key, value in overrides.items()})
     left = missing_values(cfg)
     if left:
         hint = "; ".join(f"--set {k}=..." if k != "train_dataloader.dataset.ann_file" else "--train FILE"
@@ -113,3 +115,16 @@ def _is_new_leaf(cfg: Any, key: str) -> bool:
             return False
         node = node[part]
     return isinstance(node, Mapping)
+
+
+def _has_key(cfg: Any, key: str) -> bool:
+    node: Any = cfg.to_dict()
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _without_delete(value: Any) -> Any:
+    return {k: v for k, v in value.items() if k != "_delete_"} if isinstance(value, Mapping) else value
