@@ -17,7 +17,6 @@ import os
 __all__ = ["claim_timestamp"]
 
 
-
 def claim_timestamp(work_dir: str | os.PathLike, timestamp: str) -> str:
     """``timestamp``, or ``timestamp_<n>`` with the smallest ``n >= 1`` free: no run of this
     process is named after it and ``<work_dir>/<it>`` did not exist; that folder is created
