@@ -85,7 +85,7 @@ def _train_native(args: argparse.Namespace, path: str) -> int:
         cfg.launcher = args.launcher
         check_output_folder(cfg.work_dir, "--work-dir")
         if args.resume:
-            check_resume(args.resume, cfg.work_dir)
+            check_resume(args.resume, cfg.work_dir, train_cfg=cfg.get("train_cfg"))
             cfg.resume = True
             cfg.load_from = None if args.resume == "auto" else args.resume
         if args.dump_config:
@@ -156,7 +156,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dump_config:
         check_output_file(args.dump_config, "--dump-config")
     if args.resume:
-        check_resume(args.resume, work_dir)
+        check_resume(args.resume, work_dir, train_cfg={"max_epochs": recipe.train.epochs},
+                     settings={"max_epochs": "train.epochs"})
     with third_party_warnings(args.verbose):
         plain = recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher)
         cfg = Config(plain)

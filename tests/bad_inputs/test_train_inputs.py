@@ -397,6 +397,19 @@ def test_vlr_demo_refuses_an_output_that_is_a_file(tmp_path):
     assert (tmp_path / "demo").read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("how", ["named", "auto"])
+def test_resume_with_another_number_of_epochs_is_refused(how, kit):
+    # MMEngine would restore the checkpoint's schedule, built for 7 epochs, into a run of another length
+    kit.work.mkdir()
+    ckpt = kit.work / "epoch_3.pth"
+    torch.save({"state_dict": {}, "meta": {"epoch": 3, "vlr_schedule": {"max_epochs": 7}}}, ckpt)
+    (kit.work / "last_checkpoint").write_text(str(ckpt))
+    more = ("--resume", ckpt) if how == "named" else ("--resume",)
+    assert_refused(kit.argv(more=more), "--resume", "epoch_3.pth", "7 epochs", "asks for 1",  # kit: 1 epoch
+                   "--set train.epochs=7")
+    assert sorted(p.name for p in kit.work.iterdir()) == ["epoch_3.pth", "last_checkpoint"]
+
+
 def test_resume_auto_from_a_damaged_latest_checkpoint_is_refused(kit):
     kit.work.mkdir()
     (kit.work / "epoch_2.pth").write_bytes(b"half a checkpoint")

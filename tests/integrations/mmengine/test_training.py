@@ -75,6 +75,7 @@ def test_checkpoints_load_weights_only_and_training_resumes(tiny_world, tiny_enc
     assert ckpt["meta"]["epoch"] == 2
     assert ckpt["meta"]["vlr_recipe"]["name"] == "C5"
     assert ckpt["meta"]["vlr_recipe"]["text_views"]["positives"][1]["field"] == "paragraph"
+    assert ckpt["meta"]["vlr_schedule"] == {"max_epochs": 2}  # what a resumed run must ask for
     for k, v in trained.items():
         assert torch.equal(ckpt["state_dict"][k], v)
     # the checkpoint alone rebuilds the trained text encoder (no config code executed)

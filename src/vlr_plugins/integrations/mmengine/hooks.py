@@ -51,6 +51,10 @@ def from_weights_only(obj: Any) -> Any:
     return obj
 
 
+#: the training length a checkpoint's parameter schedules were built for (``train_cfg``)
+SCHEDULE_KEYS = ("max_epochs", "max_iters")
+
+
 @HOOKS.register_module()
 class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
@@ -60,7 +64,9 @@ class WeightsOnlyCheckpointHook(Hook):
     tower's when the model trains one (``meta['vlr_video_encoder']``, read by ``vlr
     precompute --encoder vlr:CHECKPOINT``), and for model
     cards the recipe (``meta['vlr_recipe']``) and the configuration of the loss as it is
-    when saved (``meta['vlr_loss']``, :func:`vlr_plugins.checkpoint_meta.loss_config`).
+    when saved (``meta['vlr_loss']``, :func:`vlr_plugins.checkpoint_meta.loss_config`), and
+    the training length its schedules were built for (``meta['vlr_schedule']``: the
+    ``train_cfg`` keys of :data:`SCHEDULE_KEYS`).
 
     Runs last when saving (after hooks that add to the checkpoint) and converts back
     after loading. Add it with ``custom_hooks=[dict(type='WeightsOnlyCheckpointHook')]``.
@@ -83,6 +89,9 @@ class WeightsOnlyCheckpointHook(Hook):
         recipe = runner.cfg.get("vlr_recipe")
         if recipe is not None:  # for model cards and exports (plain types only)
             checkpoint.setdefault("meta", {})["vlr_recipe"] = json.loads(json.dumps(recipe.to_dict()))
+        schedule = {k: v for k, v in (runner.cfg.get("train_cfg") or {}).items() if k in SCHEDULE_KEYS}
+        if schedule:  # a resumed run must ask for the same (vlr train refuses otherwise)
+            checkpoint.setdefault("meta", {})["vlr_schedule"] = schedule
         loss = loss_config(getattr(model, "loss_fn", None))
         if loss is not None:  # the card's loss line: defaults and a learned temperature included
             checkpoint.setdefault("meta", {})["vlr_loss"] = loss

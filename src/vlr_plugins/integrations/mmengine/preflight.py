@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,10 +158,16 @@ def check_output_file(path: str | os.PathLike, option: str) -> None:
         raise UsageError(option, f"cannot write {p} (permission denied)")
 
 
-def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -> None:
+def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
+                            train_cfg: Mapping[str, Any] | None = None,
+                            settings: Mapping[str, str] | None = None) -> None:
     """``path`` is a checkpoint MMEngine can resume from: a file that
     ``torch.load(weights_only=True)`` reads (what ``WeightsOnlyCheckpointHook`` writes)
-    holding a ``state_dict``. Errors name ``option``."""
+    holding a ``state_dict``, and (given the run's ``train_cfg``) written by a run of the
+    same length: MMEngine restores the checkpoint's parameter schedules as they were built,
+    so a longer run would spend its extra epochs at the schedule's final learning rate and
+    a shorter one stop mid-schedule. Errors name ``option`` and the setting to change
+    (``settings``: the user's name of each ``train_cfg`` key, default ``train_cfg.<key>``)."""
     from vlr_plugins.checkpoint_meta import load_weights_only
     from vlr_plugins.data.errors import DataFormatError
 
@@ -175,19 +181,31 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume") -
         raise UsageError(option, str(e)) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
+    recorded = (ckpt.get("meta") or {}).get("vlr_schedule") or {}
+    for key, then in recorded.items():
+        now = (train_cfg or {}).get(key)
+        if now is not None and now != then:
+            unit = key.removeprefix("max_")
+            setting = (settings or {}).get(key, f"train_cfg.{key}")
+            raise UsageError(option, f"{p} comes from a run of {then} {unit}; this one asks for {now} (train_cfg."
+                                     f"{key}). A resumed run keeps the checkpoint's learning-rate schedule, built for "
+                                     f"{then} {unit}: resume with --set {setting}={then}, or start a new run in "
+                                     f"another --work-dir")
 
 
-def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resume") -> None:
-    """``resume`` is a checkpoint :func:`check_resume_checkpoint` accepts, or ``auto``: the
-    latest checkpoint MMEngine recorded in ``work_dir`` (its ``last_checkpoint`` file), if
-    there is one (without one, training starts afresh, as MMEngine does)."""
+def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resume",
+                 train_cfg: Mapping[str, Any] | None = None, settings: Mapping[str, str] | None = None) -> None:
+    """``resume`` is a checkpoint :func:`check_resume_checkpoint` accepts (for a run of
+    ``train_cfg``; ``settings`` as there), or ``auto``: the latest checkpoint MMEngine recorded in ``work_dir`` (its
+    ``last_checkpoint`` file), if there is one (without one, training starts afresh, as
+    MMEngine does)."""
     if resume != "auto":
-        check_resume_checkpoint(resume, option)
+        check_resume_checkpoint(resume, option, train_cfg, settings)
         return
     last = Path(work_dir) / "last_checkpoint"
     if last.is_file():
         recorded = last.read_text(encoding="utf-8").strip()
-        check_resume_checkpoint(recorded, f"{option} (the latest checkpoint, named in {last})")
+        check_resume_checkpoint(recorded, f"{option} (the latest checkpoint, named in {last})", train_cfg, settings)
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
