@@ -63,8 +63,9 @@ def length_block_bounds(sorted_lengths: Tensor | Iterable[int], blocks: int) -> 
     ends = counts.cumsum(0).to(torch.float64)  # rows up to and including each distinct length
     m = values.numel()
     k = min(blocks, m)
-    # cost[j]: fewest padded tokens for the rows up to distinct value j in b blocks;
-    # a block over distinct values (i, j] costs (ends[j] - ends[i]) * values[j]
+    # cost[j]: fewest padded tokens for the rows up to distinct value j in b blocks; a block
+    # over distinct values [i, j] costs (ends[j] - start[i]) * values[j], start[i] being the
+    # rows shorter than values[i]
     cost = ends * values
     choices: list[Tensor] = []
     best_cost, best_b = float(cost[-1]), 1
