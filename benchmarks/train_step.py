@@ -8,17 +8,20 @@ read from a store, so a step trains the text encoder only. Each step here is C5'
 of B images, each with a caption (<= 77 tokens) and a paragraph (<= 128 tokens), BLIP's
 text encoder + ``text_proj`` trained with multi-positive InfoNCE (K = 2) by AdamW. Methods:
 
-* ``text``      -- image embeddings read from an ``EmbeddingStore`` (written here first) by
-  a DataLoader, texts tokenised ahead and padded by the package's collate
-  (``vlr_text_views_collate``: every text of the batch in one block, to its longest).
-* ``text_by_length`` -- the same, but the batch's texts encoded in two blocks of similar
-  length (sorted by length, split in half, each padded to its own longest): the
-  length-grouping question, measured, with captions of 12-25 tokens and paragraphs of
-  100-128 in one batch.
+* ``text_one_block`` -- image embeddings read from an ``EmbeddingStore`` (written here
+  first) by a DataLoader, texts tokenised ahead and padded by the package's collate
+  (``vlr_text_views_collate``: every text of the batch in one block, to its longest), and
+  the step of ``vlr train``'s model (``TextOnlyRetrievalModel``) with ``length_blocks: 1``:
+  the batch's texts encoded in that one block, as ``vlr train`` did before length grouping.
+* ``text`` -- the same with the ``length_blocks`` of C5's recipe (``train.length_blocks``,
+  2): what ``vlr train paragraph/c5`` does now. The model encodes the batch's texts in
+  blocks of similar length, each cut to its own longest
+  (``vlr_plugins.text.encode_in_length_blocks``), with captions of 12-25 tokens and
+  paragraphs of 100-128 in one batch.
 * ``frozen_vit`` -- what LAVIS and ``open_clip --lock-image`` do: images (already decoded,
   3 x 224 x 224, from memory: no JPEG decoding is counted, which flatters this method)
-  through BLIP's frozen ViT and ``vision_proj`` under ``no_grad`` every step, then the same
-  text step.
+  through BLIP's frozen ViT and ``vision_proj`` under ``no_grad`` every step, then the
+  ``text_one_block`` text step (LAVIS and open_clip pad a batch's texts into one block).
 
 Shapes: ``--shapes base`` is BLIP-base (text: BERT-base, 12 layers of width 768; ViT-B/16
 at 224 px, 197 tokens); ``--shapes reduced`` (the CPU default) keeps the token counts,
@@ -52,7 +55,7 @@ VOCAB = 30524  # BLIP's BERT vocabulary
 EMBED_DIM = 256
 IMAGE_SIZE, PATCH = 224, 16
 CAPTION_TOKENS, PARAGRAPH_TOKENS = (12, 25), (100, 128)  # within C5's budgets of 77 and 128
-METHODS = ("text", "text_by_length", "frozen_vit")
+METHODS = ("text_one_block", "text", "frozen_vit")
 
 
 # ---------------------------------------------------------------- one measurement (child)
@@ -124,43 +127,34 @@ def collate(batch: list[dict]) -> dict:
     return out
 
 
-def build(shape: str, device):
+def recipe_length_blocks() -> int:
+    """C5's ``train.length_blocks``: how ``vlr train paragraph/c5`` encodes a batch's texts."""
+    from vlr_plugins.recipe import load_recipe
+
+    return load_recipe("paragraph/c5").train.length_blocks
+
+
+def build(shape: str, device, length_blocks: int):
+    """``vlr train``'s model (BLIP's text encoder + multi-positive InfoNCE, encoding the
+    batch's texts in ``length_blocks`` blocks), the frozen ViT + ``vision_proj``, AdamW."""
     import torch
     from transformers import BlipVisionConfig, BlipVisionModel
 
+    from vlr_plugins.integrations.mmengine.model import TextOnlyRetrievalModel
     from vlr_plugins.losses import MultiPositiveInfoNCELoss
     from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
 
     torch.manual_seed(0)
     text = BlipTextEncoder(config=dict(vocab_size=VOCAB, max_position_embeddings=512, **SHAPES[shape]),
-                           embed_dim=EMBED_DIM).to(device)
+                           embed_dim=EMBED_DIM)
+    model = TextOnlyRetrievalModel(text_encoder=text, loss=MultiPositiveInfoNCELoss(),
+                                   length_blocks=length_blocks).to(device).train()
     vit = BlipVisionModel(BlipVisionConfig(image_size=IMAGE_SIZE, patch_size=PATCH, **SHAPES[shape])).to(device).eval()
     vision_proj = torch.nn.Linear(SHAPES[shape]["hidden_size"], EMBED_DIM).to(device).eval()
     for p in list(vit.parameters()) + list(vision_proj.parameters()):
         p.requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in text.parameters() if p.requires_grad], lr=1e-5)
-    return text, vit, vision_proj, optimizer, MultiPositiveInfoNCELoss()
-
-
-def encode_texts(text, input_ids, attention_mask, by_length: bool):
-    """(N, EMBED_DIM); with ``by_length`` in two blocks of similar length, each cut to its
-    own longest text, the rows put back in order."""
-    import torch
-
-    if not by_length:
-        return text(input_ids, attention_mask)
-    lengths = attention_mask.sum(1)
-    order = torch.argsort(lengths)
-    out = None
-    for part in order.tensor_split(2):
-        if len(part) == 0:
-            continue
-        width = int(lengths[part].max())
-        emb = text(input_ids[part, :width], attention_mask[part, :width])
-        if out is None:
-            out = emb.new_empty(len(order), emb.shape[1])
-        out[part] = emb
-    return out
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    return model, vit, vision_proj, optimizer
 
 
 def child(method: str, shape: str, batch: int, steps: int, warmup: int, workers: int, device_name: str,
@@ -171,7 +165,7 @@ def child(method: str, shape: str, batch: int, steps: int, warmup: int, workers:
     if os.environ.get("VLR_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["VLR_BENCH_THREADS"]))
     device = torch.device(device_name)
-    text, vit, vision_proj, optimizer, loss_fn = build(shape, device)
+    model, vit, vision_proj, optimizer = build(shape, device, recipe_length_blocks() if method == "text" else 1)
     data = Samples(batch * (steps + warmup), store_path, images=method == "frozen_vit")
     loader = DataLoader(data, batch_size=batch, shuffle=False, num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0, pin_memory=device.type == "cuda", drop_last=True)
@@ -195,9 +189,8 @@ def child(method: str, shape: str, batch: int, steps: int, warmup: int, workers:
                 image_emb = vision_proj(pooled)
         else:
             image_emb = b["image_emb"].to(device, non_blocking=True)
-        emb = encode_texts(text, b["input_ids"].to(device), b["attention_mask"].to(device),
-                           method == "text_by_length")
-        loss = loss_fn(image_emb, emb, b["text_owner"].to(device))
+        loss = model(image_emb, b["input_ids"].to(device), b["attention_mask"].to(device),
+                     b["text_owner"].to(device), mode="loss")["loss"]
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -212,6 +205,7 @@ def child(method: str, shape: str, batch: int, steps: int, warmup: int, workers:
     else:
         peak = (_status_bytes("VmHWM:") if reset else 0) - base
     print(json.dumps({"samples_per_s": batch * len(times) / sum(times), "step_s": statistics.median(times),
+                      "length_blocks": model.length_blocks,
                       "wait_s": statistics.median(waits), "wait_share": sum(waits) / sum(times),
                       "peak_extra_mib": max(0, peak) / 2**20, "threads": torch.get_num_threads(),
                       "loss": float(loss)}))
@@ -277,7 +271,8 @@ def main() -> None:
     records = []
     median = {m: statistics.median(r["samples_per_s"] for r in rs) for m, rs in runs.items()}
     for method, results in runs.items():
-        records.append({"method": method, "runs": len(results), "samples_per_s": median[method],
+        records.append({"method": method, "length_blocks": results[0]["length_blocks"], "runs": len(results),
+                        "samples_per_s": median[method],
                         "over_frozen_vit": median[method] / median["frozen_vit"],
                         "step_s": statistics.median(r["step_s"] for r in results),
                         "wait_s": statistics.median(r["wait_s"] for r in results),
@@ -288,15 +283,28 @@ def main() -> None:
     print(f"\n{where}; shapes {args.shapes}, {args.batch} images x (caption + paragraph) per step, "
           f"{args.steps} timed steps after {args.warmup}, {args.workers} DataLoader worker(s); medians of "
           f"{args.rounds} alternated rounds\n")
-    print("| method | samples/s | x frozen_vit | step (s) | waiting for data (ms / step) | share of step "
-          "| peak extra memory (MiB) | load avg |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| method | length_blocks | samples/s | x frozen_vit | step (s) | waiting for data (ms / step) "
+          "| share of step | peak extra memory (MiB) | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in records:
-        print(f"| {r['method']} | {r['samples_per_s']:.2f} | {r['over_frozen_vit']:.2f} | {r['step_s']:.3f} | "
+        print(f"| {r['method']} | {r['length_blocks']} | {r['samples_per_s']:.2f} | {r['over_frozen_vit']:.2f} | {r['step_s']:.3f} | "
               f"{r['wait_s'] * 1e3:.1f} | {r['wait_share']:.1%} | {r['peak_extra_mib']:,.0f} | {r['load']:.1f} |")
+    paired = paired_ratios(runs)
+    print("\nPaired (per round, the methods measured back to back): " + "; ".join(
+        f"{name} median {statistics.median(rs):.2f} (rounds: {', '.join(f'{r:.2f}' for r in rs)})"
+        for name, rs in paired.items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": where, "shapes": args.shapes, "batch": args.batch, "records": records}, f, indent=1)
+            json.dump({"device": where, "shapes": args.shapes, "batch": args.batch, "records": records,
+                       "paired_ratios": paired}, f, indent=1)
+
+
+def paired_ratios(runs: dict[str, list[dict]]) -> dict[str, list[float]]:
+    """Throughput ratios within each round, where the methods ran minutes apart at most:
+    steadier than ratios of medians on a machine whose load drifts."""
+    pairs = (("text", "text_one_block"), ("text", "frozen_vit"), ("text_one_block", "frozen_vit"))
+    return {f"{a} / {b}": [x["samples_per_s"] / y["samples_per_s"] for x, y in zip(runs[a], runs[b])]
+            for a, b in pairs}
 
 
 def _gpu_name() -> str:

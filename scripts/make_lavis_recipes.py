@@ -42,6 +42,7 @@ def lavis_run_config(name: str) -> str:
             "model_type": "base_coco",  # LAVIS' BLIP ViT-B retrieval weights fine-tuned on COCO
             "load_finetuned": True,
             "loss": dict(r.loss),
+            **({"length_blocks": t.length_blocks} if t.length_blocks != 1 else {}),
         },
         "datasets": {
             "vlr_paragraph": {

@@ -73,6 +73,7 @@ RECIPE = {
     "crop scale reversed": (["video.crop_scale=[0.9, 0.4]"], ["video.crop_scale"]),
     "warm-up twice": (["train.warmup_steps=10"], ["train.warmup_epochs", "train.warmup_steps"]),
     "unknown video key": (["video.fps=8"], ["video.fps"]),
+    "length blocks": (["train.length_blocks=2"], ["train.length_blocks", "only paragraph recipes"]),
 }
 
 

@@ -264,6 +264,14 @@ CASES = [
     ("recipe-grad-clip-zero", lambda k: k.argv(k.recipe("train: {grad_clip: 0}\n")), ["train.grad_clip", "> 0"]),
     ("recipe-schedule-unknown", lambda k: k.argv(k.recipe("train: {schedule: linear}\n")),
      ["train.schedule", "expected one of ['cosine', 'constant']"]),
+    ("recipe-length-blocks-zero", lambda k: k.argv(k.recipe("train: {length_blocks: 0}\n")),
+     ["tiny.yaml: train.length_blocks", "expected >= 1", "found 0"]),
+    ("recipe-length-blocks-negative", lambda k: k.argv(k.recipe("train: {length_blocks: -2}\n")),
+     ["tiny.yaml: train.length_blocks", "expected >= 1", "found -2"]),
+    ("recipe-length-blocks-not-an-integer", lambda k: k.argv(k.recipe("train: {length_blocks: 1.5}\n")),
+     ["tiny.yaml: train.length_blocks", "expected an integer, found 1.5"]),
+    ("recipe-length-blocks-a-string", lambda k: k.argv(k.recipe("train: {length_blocks: two}\n")),
+     ["tiny.yaml: train.length_blocks", "expected an integer, found 'two'"]),
     # ---- --set
     ("set-epochs-not-an-integer", lambda k: k.argv(more=("--set", "train.epochs=two")),
      ["--set train.epochs", "expected an integer, found 'two'"]),
@@ -282,6 +290,8 @@ CASES = [
      ["--set text_views.positives[0].max_tokens", "400 tokens exceed", "160 positions"]),
     ("set-amp-without-a-gpu", lambda k: k.argv(more=("--set", "train.amp=true")),
      ["--set train.amp", "GPU"]),
+    ("set-length-blocks-zero", lambda k: k.argv(more=("--set", "train.length_blocks=0")),
+     ["--set train.length_blocks", "expected >= 1", "found 0"]),
     ("launcher-outside-torchrun", lambda k: k.argv(more=("--launcher", "pytorch")), ["--launcher", "torchrun", "RANK"]),
     # ---- embedding stores
     ("store-missing", lambda k: k.argv(store=k.tmp / "absent_store"),

@@ -87,6 +87,12 @@ class TrainSpec:
     ``warmup_steps``; MVC: one), ``amp_dtype`` (``float16`` or ``bfloat16`` under
     ``amp: true``) and ``grad_checkpointing`` (recompute the towers' blocks in the backward
     pass: the video tower's and the text layers').
+
+    ``length_blocks`` (paragraph recipes): encode each batch's texts in at most that many
+    blocks of similar length, each cut to its own longest text
+    (:func:`~vlr_plugins.text.encode_in_length_blocks`); 1 pads every text of the batch to
+    the longest one. Same embeddings and gradients (to float rounding), fewer padded tokens
+    when captions and paragraphs share a batch.
     """
 
     batch_size: int = 256
@@ -109,6 +115,7 @@ class TrainSpec:
     warmup_epochs: int = 0
     amp_dtype: Literal["float16", "bfloat16"] = "float16"
     grad_checkpointing: bool = False
+    length_blocks: int = 1
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from vlr_plugins.recipe.arguments import check_loss_against_views, check_model_a
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec, VideoSpec
 from vlr_plugins.recipe.values import typed_value
-from vlr_plugins.recipe.video_text import check_not_video_text, check_video_text
+from vlr_plugins.recipe.video_text import check_not_video_text, check_video_text, check_video_text_train
 
 __all__ = ["SCHEMA", "check_keys", "build_text_views", "check_loss_against_views", "recipe_from_dict"]
 
@@ -161,7 +161,7 @@ _TRAIN_RANGES: dict[str, tuple[float, bool, str]] = {
     "weight_decay": (0, True, ">= 0"), "warmup_steps": (0, True, ">= 0"), "min_lr": (0, True, ">= 0"),
     "num_workers": (0, True, ">= 0"), "checkpoint_interval": (1, True, ">= 1"),
     "max_keep_checkpoints": (-1, True, ">= 1, or -1 to keep all"), "log_interval": (1, True, ">= 1"),
-    "warmup_epochs": (0, True, ">= 0"),
+    "warmup_epochs": (0, True, ">= 0"), "length_blocks": (1, True, ">= 1 (1: one padded block per batch)"),
 }
 
 
@@ -213,6 +213,7 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     video = _build(VideoSpec, raw["video"], p, "video.") if raw.get("video") is not None else None
     if schema == "mvc":
         video = _checked_video(video, raw, p)
+        check_video_text_train(train, p)
     else:
         check_not_video_text(raw, data, train, p)
     return Recipe(

@@ -18,8 +18,8 @@ from vlr_plugins.recipe.arguments import check_loss_against_views, check_model_a
 from vlr_plugins.recipe.errors import RecipeError
 from vlr_plugins.recipe.schema import VideoSpec
 
-__all__ = ["VIDEO_TEXT_LOSS", "VIDEO_TEXT_MODEL", "VIDEO_TOWER", "check_video_text", "check_not_video_text",
-           "view_names"]
+__all__ = ["VIDEO_TEXT_LOSS", "VIDEO_TEXT_MODEL", "VIDEO_TOWER", "check_video_text", "check_video_text_train",
+           "check_not_video_text", "view_names"]
 
 #: the loss, text encoder and video tower an ``mvc`` recipe trains
 VIDEO_TEXT_LOSS = "VideoTextPretrainingLoss"
@@ -102,6 +102,15 @@ def _check_tower(video: Any, path: Path) -> None:
             raise RecipeError(path, f"video.encoder.{arg}", f"{given}, but video.{key} is {wanted}: the tower reads "
                                                             f"the clips the data gives; set video.{key} (the tower "
                                                             "follows it) and leave this out")
+
+
+def check_video_text_train(train: Any, path: Path) -> None:
+    """The ``train`` keys an ``mvc`` recipe cannot take: ``length_blocks`` (its text encoder
+    hands its token states at the batch's width to VTM and MLM, not one embedding a text)."""
+    if train.length_blocks != 1:
+        raise RecipeError(path, "train.length_blocks", f"{train.length_blocks}, but only paragraph recipes encode "
+                                                       "their texts in length blocks (an mvc recipe's VTM and MLM "
+                                                       "read the text states at the batch's width); leave it at 1")
 
 
 def check_not_video_text(raw: dict[str, Any], data: Any, train: Any, path: Path) -> None:

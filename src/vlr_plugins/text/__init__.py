@@ -1,4 +1,5 @@
-"""Text side: the BLIP text encoder, MVC's dual-CLS text encoder, tokenizers and text-length extension.
+"""Text side: the BLIP text encoder, MVC's dual-CLS text encoder, tokenizers, text-length
+extension and length-grouped encoding of mixed-length batches.
 
 Names are resolved on first use, so ``import vlr_plugins.text`` needs neither
 ``transformers`` nor ``tokenizers``.
@@ -23,8 +24,11 @@ __all__ = [
     "VIEWS",
     "VideoCrossAttention",
     "build_wordpiece_tokenizer",
+    "check_length_blocks",
+    "encode_in_length_blocks",
     "extend_text_context",
     "freeze_leading_rows",
+    "length_block_bounds",
     "load_text_encoder",
     "load_tokenizer",
     "stretch_positional_embedding",
@@ -34,6 +38,9 @@ __all__ = [
 
 _LAZY = {
     "build_wordpiece_tokenizer": "vlr_plugins.text.tokenizer",
+    "check_length_blocks": "vlr_plugins.text.length_blocks",
+    "encode_in_length_blocks": "vlr_plugins.text.length_blocks",
+    "length_block_bounds": "vlr_plugins.text.length_blocks",
     "load_tokenizer": "vlr_plugins.text.pretrained",
     "words_of": "vlr_plugins.text.tokenizer",
 }

@@ -32,6 +32,7 @@ def test_each_lavis_run_config_matches_its_paragraph_recipe():
         r = load_recipe(cfg["vlr"]["recipe"])
         assert cfg["vlr"]["recipe"] == "paragraph/" + name.split("/", 1)[1]
         assert cfg["model"]["arch"] == "blip_retrieval_textonly" and cfg["model"]["loss"] == r.loss
+        assert cfg["model"].get("length_blocks", 1) == r.train.length_blocks
         ds = cfg["datasets"]["vlr_paragraph"]
         for kind in ("positives", "negatives"):
             views = [(v["field"], v["max_tokens"], v.get("take", "all"), v.get("count"))

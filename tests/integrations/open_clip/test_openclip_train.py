@@ -194,6 +194,17 @@ def test_every_shipped_open_clip_recipe_loads():
         r = load_recipe(n)
         assert r.model["type"] == "open_clip" and r.model["name"].endswith("-ctx248")
     assert load_recipe("open_clip/c5").text_views == load_recipe("paragraph/c5").text_views
+    assert load_recipe("open_clip/c5").train.length_blocks == 1  # paragraph/c5's 2 does not apply here
+
+
+def test_a_recipe_with_length_blocks_is_refused_with_the_reason(tiny_data, tmp_path):
+    from vlr_plugins.recipe import RecipeError
+
+    recipe = tmp_path / "blocks.yaml"
+    recipe.write_text(f"_base_: {list_recipes()['open_clip/c5']}\nname: blocks\ntrain: {{length_blocks: 2}}\n")
+    with pytest.raises(RecipeError, match=r"blocks\.yaml: train\.length_blocks: 2, but vlr openclip-train encodes "
+                                          r"a batch's texts in one block"):
+        resolve_arguments(["--vlr-recipe", str(recipe), "--train-data", tiny_data["jsonl"]])
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,10 @@ batches without budgets (LAVIS' own datasets). The loss is any ``vlr_plugins`` l
 named in the model config (``loss: {type: ..., ...}``); one with ``cache_chunk``
 (``loss: {type: MultiPositiveInfoNCELoss, cache_chunk: 32}``) makes ``forward`` encode
 the texts with gradient caching, so LAVIS' own ``loss.backward()`` (or its AMP scaler's)
-re-encodes them chunk by chunk.
+re-encodes them chunk by chunk. ``length_blocks: 2`` in the model config encodes a batch's
+texts in (at most) two blocks of similar length, each cut to its own longest text
+(:func:`~vlr_plugins.text.encode_in_length_blocks`): the captions are not padded to the
+paragraphs' length; loss and gradients stay those of one block.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from torch import nn
 from vlr_plugins.errors import ConfigError, MissingFileError
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.losses import cached_encode
+from vlr_plugins.text.length_blocks import check_length_blocks, encode_in_length_blocks
 from vlr_plugins.text.tokenizer import pad_token_rows, token_ids_at_budgets
 
 __all__ = ["BlipRetrievalTextOnly", "CONFIG_DIR"]
@@ -102,10 +106,13 @@ class BlipRetrievalTextOnly(BlipBase):
         embed_dim: int = 256,
         max_txt_len: int = 35,
         tokenizer: str = "bert-base-uncased",
+        length_blocks: int = 1,
     ) -> None:
         super().__init__()
         from vlr_plugins.registry import LOSSES
 
+        check_length_blocks("blip_retrieval_textonly", length_blocks)
+        self.length_blocks = length_blocks
         self.tokenizer = self.init_tokenizer(tokenizer)
         self.visual_encoder = image_encoder
         self.text_encoder = text_encoder
@@ -148,6 +155,7 @@ class BlipRetrievalTextOnly(BlipBase):
             embed_dim=cfg.get("embed_dim", 256),
             max_txt_len=cfg.get("max_txt_len", 35),
             tokenizer=cfg.get("tokenizer", "bert-base-uncased"),
+            length_blocks=cfg.get("length_blocks", 1),
         )
         model.load_checkpoint_from_config(cfg)
         trained = cfg.get("trained_checkpoint", None)
@@ -330,12 +338,12 @@ class BlipRetrievalTextOnly(BlipBase):
         image_emb = image_emb.to(self.device)
         n = image_emb.shape[0]
         texts, negs = list(samples["text_input"]), list(samples.get("neg_input") or [])
-        # positives and hard negatives in one pass of the text encoder
+        # positives and hard negatives in one pass of the text encoder (or one per length block)
         budgets = self._budgets(samples.get("text_max_len"), len(texts))
         budgets += self._budgets(samples.get("neg_max_len"), len(negs))
         ids, mask = self.tokenize(texts + negs, budgets)
-        emb = cached_encode(self.encode_tokens, ids, mask, chunk_size=chunk,
-                            parameters=self._text_parameters())
+        emb = encode_in_length_blocks(self.encode_tokens, ids, mask, blocks=self.length_blocks, chunk_size=chunk,
+                                      parameters=self._text_parameters())
         text_emb = emb[: len(texts)]
         owner = self._owner(samples, "text_owner", len(texts), n)
         neg_emb = neg_owner = None

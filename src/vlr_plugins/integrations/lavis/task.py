@@ -40,6 +40,7 @@ from vlr_plugins.integrations.lavis.datasets import (
 )
 from vlr_plugins.integrations.lavis.model import DEFAULT_LOSS
 from vlr_plugins.recipe import check_loss_against_views
+from vlr_plugins.text.length_blocks import check_length_blocks
 
 __all__ = ["VlrRetrievalTask", "lavis_metrics"]
 
@@ -110,6 +111,11 @@ class VlrRetrievalTask(RetrievalTask):
         model_cfg = cfg.model_cfg
         if model_cfg.get("arch") != "blip_retrieval_textonly":
             return
+        blocks = model_cfg.get("length_blocks", 1)
+        try:
+            check_length_blocks(config_file(), blocks, "model.length_blocks")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         loss = model_cfg.get("loss", None)
         loss = OmegaConf.to_container(loss, resolve=True) if loss is not None else DEFAULT_LOSS
         for name, dcfg in cfg.datasets_cfg.items():

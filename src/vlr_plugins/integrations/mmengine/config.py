@@ -72,7 +72,8 @@ def recipe_to_mmengine_config(
 
     cfg = runtime_config(
         recipe, work_dir, launcher=launcher, log_level=log_level,
-        model=dict(type="TextOnlyRetrievalModel", text_encoder=model_cfg, loss=dict(recipe.loss)),
+        model=dict(type="TextOnlyRetrievalModel", text_encoder=model_cfg, loss=dict(recipe.loss),
+                   length_blocks=t.length_blocks),
         train_dataloader=train_loader(
             recipe,
             dict(type="ParagraphTextViewsDataset", ann_file=d.train, image_embeddings=d.image_embeddings,

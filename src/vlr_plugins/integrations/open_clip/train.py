@@ -162,6 +162,12 @@ def _recipe_defaults(recipe: Recipe, argv: Sequence[str]) -> list[str]:
             f"model.{sorted(unknown)[0]}",
             f"not an open_clip model key (allowed: {', '.join(sorted(_MODEL_KEYS))})",
         )
+    if t.length_blocks != 1:
+        raise recipe.error(
+            "train.length_blocks",
+            f"{t.length_blocks}, but vlr openclip-train encodes a batch's texts in one block: open_clip pads "
+            "every text to the context length and encode_text needs that width; leave it at 1",
+        )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if t.batch_size % world:
         raise RecipeError(
