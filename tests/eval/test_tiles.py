@@ -41,9 +41,9 @@ def test_a_tile_and_its_work_buffer_fit_the_budget(budget, n, m):
             assert 1 <= rows <= n and 1 <= cols <= m, where
             assert rows * cols * BYTES_PER_TILE_ELEM <= budget, where
             most = budget // BYTES_PER_TILE_ELEM
-            if device.type == "cpu":  # each thread's share stays cache-sized: 8 MiB
-                assert rows * cols * BYTES_PER_TILE_ELEM <= threads * 8 * 2**20, where
-                most = min(most, threads * 8 * 2**20 // BYTES_PER_TILE_ELEM)
+            if device.type == "cpu":  # each thread's share stays cache-sized: 4 MiB
+                assert rows * cols * BYTES_PER_TILE_ELEM <= threads * 4 * 2**20, where
+                most = min(most, threads * 4 * 2**20 // BYTES_PER_TILE_ELEM)
             if chunk_size is not None:  # chunk_size fixes the items per tile, within the budget
                 assert rows == min(chunk_size, n, most), where
             else:  # evened out: the padding of the edge tiles is less than one row (column) per tile

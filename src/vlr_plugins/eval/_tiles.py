@@ -20,14 +20,14 @@ from vlr_plugins.eval._tile_workers import tile_workers
 
 #: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
 BYTES_PER_TILE_ELEM = 8
-_CPU_TILE_ELEMS_PER_THREAD = 2**20  # each thread's share of the two tile buffers: 8 MiB
+_CPU_TILE_ELEMS_PER_THREAD = 2**19  # each thread's share of the two tile buffers: 4 MiB (measured, docs/benchmarks.md)
 _NORM_ROWS = 4096  # rows normalised at a time, so that no whole float32 copy is made
 
 
 def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torch.device,
                chunk_size: int | None = None, threads: int | None = None) -> tuple[int, int]:
     """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
-    on CPU also at most 8 MiB per thread (``threads``, default ``torch.get_num_threads()``),
+    on CPU also at most 4 MiB per thread (``threads``, default ``torch.get_num_threads()``),
     so that each thread's share of the element-wise passes stays in cache while their fixed
     costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
     tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads)
@@ -41,7 +41,7 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
 
 def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None) -> int:
     """Score elements one tile may hold: a tile and its work buffer within ``max_chunk_bytes``,
-    and on CPU at most 8 MiB per thread (``threads``, default ``torch.get_num_threads()``)."""
+    and on CPU at most 4 MiB per thread (``threads``, default ``torch.get_num_threads()``)."""
     tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
     if torch.device(device).type == "cpu":
         tile_elems = min(tile_elems, _CPU_TILE_ELEMS_PER_THREAD * (threads or torch.get_num_threads()))

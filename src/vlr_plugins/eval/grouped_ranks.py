@@ -85,13 +85,15 @@ class _Worker:
     of every item, which tiles of several text blocks add to."""
 
     def __init__(self, matrix: ScoreMatrix, rows: int, cols: int, ones: torch.Tensor,
-                 ahead_of_items: torch.Tensor) -> None:
+                 ahead_of_items: torch.Tensor, ahead_of_texts: torch.Tensor) -> None:
         device = matrix.device
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
         self.text_rows = torch.empty(cols, matrix.dim, device=device)
         self.buffers = torch.empty(2, rows * cols, device=device)
         self.ahead_of_items = torch.zeros_like(ahead_of_items)
+        self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
+        self.loaded = -1  # the text block in text_rows
 
     def load_texts(self, t0: int, t1: int) -> None:
         """Texts t0..t1 - 1 into the text rows, zero rows up to the aligned width."""
@@ -121,7 +123,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
-    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items)
+    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts)
                for _ in range(min(worker_budget(matrix)[0], len(items)))]
     positive_score = torch.empty(n_texts, device=device)
     best_score = torch.empty(n_items, device=device)
@@ -133,6 +135,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         block writes only its own items' and texts' entries)."""
         (a0, a1), (t0, t1) = items[block], texts[block]
         worker.load_texts(t0, t1)
+        worker.loaded = block
         scores, work = worker.score((a0, a1), (t0, t1))
         local_owner = matrix.owner[t0:t1] - a0
         positive = scores[local_owner, matrix.arange(t1 - t0)]
@@ -147,19 +150,23 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
         count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
 
-    def column(worker: _Worker, c: int) -> None:
-        """Every other tile of text block ``c``: its texts' counts here, its items' counts
-        in the worker's own accumulator."""
+    def column_part(worker: _Worker, task: tuple[int, range]) -> None:
+        """Tiles of text block ``c`` against item blocks ``rows`` (but ``c``): counts in the
+        worker's own accumulators (other parts of the column run on other workers)."""
+        c, rows = task
         t0, t1 = texts[c]
-        worker.load_texts(t0, t1)
-        for r, (a0, a1) in enumerate(items):
+        if worker.loaded != c:
+            worker.load_texts(t0, t1)
+            worker.loaded = c
+        for r in rows:
             if r == c:
                 continue
+            a0, a1 = items[r]
             scores, work = worker.score((a0, a1), (t0, t1))
             # r < c: these items come before the texts' owners, these texts after the items' best
             text_threshold = (positive_down if r < c else positive_score)[t0:t1]
             item_threshold = (best_score if r < c else best_down)[a0:a1, None]
-            count_above(scores, text_threshold, work, 0, ahead_of_texts[t0:t1], ones)
+            count_above(scores, text_threshold, work, 0, worker.ahead_of_texts[t0:t1], ones)
             count_above(scores, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
 
     with exact_matmuls(), one_thread_per_worker(len(workers)):
@@ -167,15 +174,28 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         # ">= x" is "> the next float below x"
         down = torch.tensor(-_INF, device=device)
         positive_down, best_down = torch.nextafter(positive_score, down), torch.nextafter(best_score, down)
-        visit_in_parallel(range(len(texts)), column, workers)
+        # each column in parts of about equal work, so that the workers finish together
+        parts = _PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
+        tasks = [(c, rows) for c in range(len(texts)) for rows in _split(len(items), parts)]
+        visit_in_parallel(tasks, column_part, workers)
     for worker in workers:
         ahead_of_items += worker.ahead_of_items
+        ahead_of_texts += worker.ahead_of_texts
     with exact_matmuls():
         ranks = (ahead_of_items.long(), ahead_of_texts.long())
         for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
             if redo.any():
                 rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
     return ranks
+
+
+_PARTS_PER_WORKER = 16  # tasks of the second pass per worker, at least
+
+
+def _split(n: int, parts: int) -> list[range]:
+    """0..n-1 in ``parts`` consecutive ranges of near-equal length (fewer when n < parts)."""
+    parts = max(1, min(parts, n))
+    return [range(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
 
 
 def _aligned_up(k: int) -> int:
