@@ -216,6 +216,8 @@ def child(method: str, n: int, m: int, inner: int) -> None:
     if os.environ.get("VLR_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["VLR_BENCH_THREADS"]))
 
+    import vlr_plugins.eval  # noqa: F401  (imported before the clock starts: no method's time)
+
     items, texts, owner = make_embeddings(n, m)
     base = _rss_bytes()
     reset = _reset_peak()
