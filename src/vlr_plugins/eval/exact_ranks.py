@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from vlr_plugins.eval._tile_workers import one_thread_per_worker, visit_in_parallel
+from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -54,17 +54,21 @@ class _Worker:
     own counts of texts ahead of every item and per-column item thresholds, which tiles of
     several columns would otherwise share."""
 
-    def __init__(self, matrix: ScoreMatrix, ahead_of_items: torch.Tensor | None = None) -> None:
+    def __init__(self, matrix: ScoreMatrix, ahead_of_items: torch.Tensor | None = None,
+                 ahead_of_texts: torch.Tensor | None = None) -> None:
         self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
         self.work = torch.empty_like(self.scores)
         self.ones = torch.ones(max(matrix.tile_items, matrix.tile_texts), device=matrix.device)
+        self.loaded, self.n_cols = -1, 0  # the column of tiles in text_rows, and its texts
         if ahead_of_items is not None:
             self.ahead_of_items = torch.zeros_like(ahead_of_items)
+            self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
             self.item_threshold = torch.empty(matrix.n_items, device=matrix.device)
 
 
-def _workers(matrix: ScoreMatrix, tasks: int, ahead_of_items: torch.Tensor | None = None) -> list[_Worker]:
-    return [_Worker(matrix, ahead_of_items) for _ in range(max(1, min(matrix.workers, tasks)))]
+def _workers(matrix: ScoreMatrix, tasks: int, ahead_of_items: torch.Tensor | None = None,
+             ahead_of_texts: torch.Tensor | None = None) -> list[_Worker]:
+    return [_Worker(matrix, ahead_of_items, ahead_of_texts) for _ in range(max(1, min(matrix.workers, tasks)))]
 
 
 def positive_scores(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,16 +147,30 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
     best_ties = torch.zeros(n_items, device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
 
-    def column(worker: _Worker, col_tile: int) -> None:
-        """One column of tiles: its texts' counts and each tile's own positive pairs here
-        (no other column touches them), its items' counts in the worker's accumulator."""
+    owner_row_tile = matrix.owner // tile_items
+
+    def column_part(worker: _Worker, task: tuple[int, range]) -> None:
+        """Row tiles ``row_tiles`` of one column of tiles, in row order: each tile's own
+        positive pairs here (no other task touches them), its counts in the worker's own
+        accumulators (other parts of the column run on other workers)."""
+        col_tile, row_tiles = task
         text_start = col_tile * tile_texts
         item_rows, text_rows, scores, work, ones = (worker.item_rows, worker.text_rows, worker.scores,
                                                     worker.work, worker.ones)
-        n_cols = matrix.texts.load(slice(text_start, text_start + tile_texts), text_rows)
-        text_threshold = torch.nextafter(positive_score[text_start:text_start + n_cols], down)
-        item_threshold = torch.where(best_col < col_tile, best_score, best_down, out=worker.item_threshold)
-        for row_tile, item_start in enumerate(range(0, n_items, tile_items)):
+        if worker.loaded != col_tile:
+            worker.n_cols = matrix.texts.load(slice(text_start, text_start + tile_texts), text_rows)
+            worker.loaded = col_tile
+        n_cols = worker.n_cols
+        # strict for texts whose owner's row tile came before this part, >= for the others
+        cols = slice(text_start, text_start + n_cols)
+        text_threshold = torch.where(owner_row_tile[cols] < row_tiles.start, positive_score[cols],
+                                     torch.nextafter(positive_score[cols], down))
+        item_threshold = worker.item_threshold
+        first, last = row_tiles.start * tile_items, min(row_tiles.stop * tile_items, n_items)
+        torch.where(best_col[first:last] < col_tile, best_score[first:last], best_down[first:last],
+                    out=item_threshold[first:last])
+        for row_tile in row_tiles:
+            item_start = row_tile * tile_items
             n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
             torch.mm(item_rows, text_rows.T, out=scores)
             tile = col_tile * n_row_tiles + row_tile
@@ -169,15 +187,19 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
                 item_threshold.index_copy_(0, best_order[lo:hi], best_score_in_order[lo:hi])
             valid = scores[:n_rows, :n_cols]
             count_above(valid, text_threshold, work[:n_rows, :n_cols], 0,
-                        ahead_of_texts[text_start:text_start + n_cols], ones)
+                        worker.ahead_of_texts[text_start:text_start + n_cols], ones)
             count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
                         worker.ahead_of_items[item_start:item_start + n_rows], ones)
 
-    workers = _workers(matrix, n_col_tiles, ahead_of_items)
+    workers = _workers(matrix, n_col_tiles * n_row_tiles, ahead_of_items, ahead_of_texts)
+    # each column in parts of about equal work, so that the workers finish together
+    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
+    tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
     with one_thread_per_worker(len(workers)):
-        visit_in_parallel(range(n_col_tiles), column, workers)
+        visit_in_parallel(tasks, column_part, workers)
     for worker in workers:
         ahead_of_items += worker.ahead_of_items
+        ahead_of_texts += worker.ahead_of_texts
     seen_by_text, ties_by_item = torch.empty_like(seen), torch.empty_like(best_ties)
     seen_by_text[pair_order], ties_by_item[best_order] = seen, best_ties
     return ahead_of_items, ahead_of_texts, ties_by_item, seen_by_text

@@ -28,7 +28,7 @@ from itertools import pairwise
 
 import torch
 
-from vlr_plugins.eval._tile_workers import one_thread_per_worker, visit_in_parallel
+from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import (
     ScoreMatrix,
     count_above,
@@ -175,8 +175,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         down = torch.tensor(-_INF, device=device)
         positive_down, best_down = torch.nextafter(positive_score, down), torch.nextafter(best_score, down)
         # each column in parts of about equal work, so that the workers finish together
-        parts = _PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
-        tasks = [(c, rows) for c in range(len(texts)) for rows in _split(len(items), parts)]
+        parts = PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
+        tasks = [(c, rows) for c in range(len(texts)) for rows in split_range(len(items), parts)]
         visit_in_parallel(tasks, column_part, workers)
     for worker in workers:
         ahead_of_items += worker.ahead_of_items
@@ -187,15 +187,6 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
             if redo.any():
                 rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
     return ranks
-
-
-_PARTS_PER_WORKER = 16  # tasks of the second pass per worker, at least
-
-
-def _split(n: int, parts: int) -> list[range]:
-    """0..n-1 in ``parts`` consecutive ranges of near-equal length (fewer when n < parts)."""
-    parts = max(1, min(parts, n))
-    return [range(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
 
 
 def _aligned_up(k: int) -> int:
