@@ -7,9 +7,22 @@ the package used before its tiled engine (quick enough for problems of a few tho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside, restored after (the engine's CPU
+    workers follow them)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def score_matrix(items: torch.Tensor, texts: torch.Tensor) -> torch.Tensor:

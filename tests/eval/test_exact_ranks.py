@@ -11,7 +11,7 @@ import torch
 
 import vlr_plugins.eval._tile_workers as tile_workers_module
 import vlr_plugins.eval.exact_ranks as exact_ranks_module
-from _reference import near_tie_problem, random_problem, reference_ranks
+from _reference import near_tie_problem, random_problem, reference_ranks, torch_threads
 from vlr_plugins.eval import retrieval_recall
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import best_positives, exact_ranks, positive_scores
@@ -110,9 +110,7 @@ def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads, c
     # workers down to 16-score tiles, so that these small problems have many tiles of each kind
     monkeypatch.setattr(tile_workers_module, "MIN_WORKER_TILE_ELEMS", 16)
     items, texts, owner = problem()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=threads * worker_bytes,
                              chunk_size=chunk_size)
         assert matrix.workers == threads
@@ -121,8 +119,6 @@ def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads, c
         i2t, t2i = exact_ranks(matrix)
 
         assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
     expected_i2t, expected_t2i = reference_ranks(items, texts, owner)
     assert i2t.tolist() == expected_i2t
     assert t2i.tolist() == expected_t2i

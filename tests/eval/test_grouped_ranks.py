@@ -11,7 +11,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from _reference import near_tie_problem, random_problem, reference_ranks
+from _reference import near_tie_problem, random_problem, reference_ranks, torch_threads
 from vlr_plugins.eval import retrieval_recall
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import exact_ranks
@@ -89,15 +89,11 @@ def test_exact_ties_inside_and_across_blocks():
         got = grouped_ranks(matrix, diagonal_blocks(matrix))
         assert got[0].tolist() == i2t, (chunk_size, budget)
         assert got[1].tolist() == t2i, (chunk_size, budget)
-    before = torch.get_num_threads()
-    torch.set_num_threads(3)
-    try:  # the same with 3 workers sharing the tiles
+    with torch_threads(3):  # the same with 3 workers sharing the tiles
         matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=8 * 3 * MIN_WORKER_TILE_ELEMS,
                              chunk_size=2)
         assert worker_budget(matrix)[0] == 3
         got = grouped_ranks(matrix, diagonal_blocks(matrix))
-    finally:
-        torch.set_num_threads(before)
     assert got[0].tolist() == i2t
     assert got[1].tolist() == t2i
 
@@ -119,9 +115,7 @@ def test_retrieval_recall_gives_the_same_result_in_either_text_order():
 @pytest.mark.parametrize("threads", [2, 3])
 def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads):
     items, texts, owner = grouped(problem(n_items=150, seed=7) if problem is random_problem else problem())
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         # a budget for `threads` workers, and blocks of 5 items: many diagonal and other tiles each
         matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=8 * threads * MIN_WORKER_TILE_ELEMS,
                              chunk_size=5)
@@ -132,8 +126,6 @@ def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads):
         i2t, t2i = grouped_ranks(matrix, bounds)
 
         assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
     expected_i2t, expected_t2i = reference_ranks(items, texts, owner)
     assert i2t.tolist() == expected_i2t
     assert t2i.tolist() == expected_t2i

@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from _reference import torch_threads
 from vlr_plugins.eval._tile_workers import (
     MIN_WORKER_TILE_ELEMS,
     one_thread_per_worker,
@@ -65,9 +66,7 @@ def test_worker_count_follows_threads_and_budget():
 
 
 def test_torch_threads_are_one_inside_and_restored_after_even_on_error():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         with one_thread_per_worker(2):
             inside = torch.get_num_threads()
             seen_by_workers = []
@@ -79,5 +78,3 @@ def test_torch_threads_are_one_inside_and_restored_after_even_on_error():
         assert torch.get_num_threads() == 2
         with one_thread_per_worker(1):
             assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
