@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -53,17 +54,39 @@ class ChatCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        # several processes opening a new file at once: switching it to WAL can fail at once
+        # with "database is locked" (SQLite does not wait there), so the opening is retried
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db = self._open(timeout)
+                return
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e):
+                    raise self._not_a_cache(e) from None
+                if time.monotonic() >= deadline:
+                    raise UserError(f"{self.path}: the chat cache stayed locked by another process for "
+                                    f"{timeout:g} s ({e}); is another run writing it?") from None
+                time.sleep(random.uniform(0.01, 0.1))
+            except sqlite3.DatabaseError as e:
+                raise self._not_a_cache(e) from None
+
+    def _open(self, timeout: float) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: a commit survives the process being killed (not a power cut)
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, "
-                             "request TEXT NOT NULL, answer TEXT NOT NULL, created REAL NOT NULL)")
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path}: not a chat cache (an SQLite file was expected: {e}); "
-                            "give another --cache path or remove the file") from None
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, "
+                       "request TEXT NOT NULL, answer TEXT NOT NULL, created REAL NOT NULL)")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _not_a_cache(self, e: sqlite3.DatabaseError) -> UserError:
+        return UserError(f"{self.path}: not a chat cache (an SQLite file was expected: {e}); "
+                         "give another --cache path or remove the file")
 
     def get(self, key: str) -> str | None:
         """The answer stored under ``key``, or ``None``."""
@@ -94,3 +117,11 @@ class ChatCache:
 
     def __repr__(self) -> str:
         return f"ChatCache({str(self.path)!r})"
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    """SQLite answered SQLITE_BUSY / SQLITE_LOCKED: another connection holds the file."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(e) or "busy" in str(e)
