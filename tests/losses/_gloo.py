@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +18,10 @@ def _entry(rank: int, fn: Callable[[int], Any], world_size: int, init_file: str,
                             timeout=timedelta(seconds=60))
     try:
         torch.save(fn(rank), Path(out_dir) / f"rank{rank}.pt")
+        # DistributedDataParallel objects sit in reference cycles: freed now, while the group
+        # exists, not at interpreter exit after it is destroyed (an abort, "terminate called
+        # without an active exception", was seen once in CI)
+        gc.collect()
         # a rank that tears down its gloo pairs while the other still talks to it
         # can abort the other process
         dist.barrier()
