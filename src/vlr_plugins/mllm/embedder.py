@@ -39,14 +39,6 @@ _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
-def _dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    try:
-        return resolve_model_dtype(value)
-    except ValueError:
-        raise ConfigError(f"dtype: expected a torch dtype name such as 'bfloat16' (or 'auto': the checkpoint's "
-                          f"own), found {value!r}") from None
-
-
 def chat_renderer(processor: Any, prompt_name: str = "?") -> Any:
     """``messages -> str`` with the generation prompt, by the processor's chat template, else
     its tokenizer's; refuses (naming the prompt) when neither has one."""
@@ -129,7 +121,7 @@ class EOLEmbedder(nn.Module):
         if model is not None and processor is None:
             raise ConfigError("EOLEmbedder(model=...) needs the model's processor (or tokenizer) as processor=")
         if pretrained is not None:
-            model, processor, kind = self._load(str(pretrained), kind, _dtype(dtype), attn_implementation,
+            model, processor, kind = self._load(str(pretrained), kind, resolve_model_dtype(dtype), attn_implementation,
                                                 trust_remote_code)
         elif kind == "auto":
             kind = "mllm" if getattr(model.config, "vision_config", None) is not None else "llm"

@@ -28,11 +28,12 @@ MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def resolve_model_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+def resolve_model_dtype(name: str | torch.dtype | None, where: str = "dtype") -> torch.dtype | None:
     """``"bfloat16"`` -> ``torch.bfloat16``; ``"auto"`` or None -> None (the checkpoint's own).
 
     Any torch floating dtype name is taken (``EOLEmbedder(dtype="float64")``); anything else
-    is a ``ValueError`` that lists :data:`MODEL_DTYPES`.
+    is a :class:`~vlr_plugins.errors.ConfigError` (a ``ValueError``) naming ``where`` and
+    listing :data:`MODEL_DTYPES`.
     """
     if name is None or isinstance(name, torch.dtype):
         return name
@@ -40,7 +41,10 @@ def resolve_model_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
         return None
     dtype = getattr(torch, str(name), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"expected a model dtype, one of {', '.join(MODEL_DTYPES)}, found {name!r}")
+        from vlr_plugins.errors import ConfigError
+
+        raise ConfigError(f"{where}: expected a torch dtype name such as 'bfloat16' (one of "
+                          f"{', '.join(MODEL_DTYPES)}; 'auto': the checkpoint's own), found {name!r}")
     return dtype
 
 

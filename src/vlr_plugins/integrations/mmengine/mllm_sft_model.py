@@ -58,11 +58,7 @@ def _load(pretrained: str, dtype: str | None, attn_implementation: str | None, t
     import transformers as tf
 
     kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    try:
-        resolved = resolve_model_dtype(dtype)
-    except ValueError:
-        raise ConfigError(f"CaptionSFTModel: dtype: expected a torch dtype name such as 'bfloat16' (or 'auto': the "
-                          f"checkpoint's own), found {dtype!r}") from None
+    resolved = resolve_model_dtype(dtype, "CaptionSFTModel: dtype")
     if resolved is not None:
         kw["dtype"] = resolved
     if attn_implementation is not None:
