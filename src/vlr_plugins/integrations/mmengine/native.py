@@ -85,11 +85,12 @@ def load_native_config(path: str | os.PathLike, *, overrides: Mapping[str, Any],
         if not os.path.isfile(train):
             raise UsageError("--train", f"no such file: {train}")
         cfg.merge_from_dict({"train_dataloader.dataset.ann_file": train})
-    for key in overrides:
-        if not _is_new_leaf(cfg, key):
+    tree = cfg.to_dict()
+    for key in overrides:  # an option of a section that exists
+        if not isinstance(_lookup(tree, key.split(".")[:-1]), Mapping):
             raise UsageError("--set", f"{key}: {path} has no section {key.rpartition('.')[0]!r}")
     # a mapping for a section the config lacks adds it; MMEngine would keep its `_delete_` marker
-    cfg.merge_from_dict({key: _without_delete(value) if not _has_key(cfg, key) else value
+    cfg.merge_from_dict({key: _without_delete(value) if _lookup(tree, key.split(".")) is _ABSENT else value
                          for key, value in overrides.items()})
     left = missing_values(cfg)
     if left:
@@ -107,23 +108,16 @@ def load_native_config(path: str | os.PathLike, *, overrides: Mapping[str, Any],
     return cfg, vlr
 
 
-def _is_new_leaf(cfg: Any, key: str) -> bool:
-    """``key``'s parent is a mapping of ``cfg``: an option of a section that exists."""
-    node: Any = cfg.to_dict()
-    for part in key.split(".")[:-1]:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return isinstance(node, Mapping)
+_ABSENT = object()
 
 
-def _has_key(cfg: Any, key: str) -> bool:
-    node: Any = cfg.to_dict()
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
+def _lookup(tree: Any, parts: list[str]) -> Any:
+    """The value at the path ``parts`` of nested mappings ``tree``, or :data:`_ABSENT`."""
+    for part in parts:
+        if not isinstance(tree, Mapping) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
 
 
 def _without_delete(value: Any) -> Any:
