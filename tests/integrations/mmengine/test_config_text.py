@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("mmengine")
 import mmengine.config.config as mmengine_config  # noqa: E402
 import torch  # noqa: E402
+from _one_epoch import one_epoch_config  # noqa: E402
 from mmengine.config import Config  # noqa: E402
 
 from vlr_plugins.integrations.mmengine.config_text import FormattedOnceConfig  # noqa: E402
@@ -56,15 +57,9 @@ def test_the_text_is_mmengines_formatted_once_per_content(formattings):
 
 def test_a_run_formats_its_config_once_and_writes_what_mmengine_writes(tiny_world, tiny_encoder_cfg, tmp_path,
                                                                        formattings):
-    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.integrations.mmengine.console import build_runner
-    from vlr_plugins.recipe import load_recipe
 
-    recipe = load_recipe("paragraph/c1", {
-        "model": tiny_encoder_cfg,
-        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
-        "train": {"batch_size": 16, "epochs": 1, "num_workers": 0, "log_interval": 1}})
-    plain = recipe_to_mmengine_config(recipe, str(tmp_path))
+    plain = one_epoch_config("paragraph/c1", tiny_world, tiny_encoder_cfg, tmp_path)
     try:
         runner = build_runner(Config(plain))
         runner.train()

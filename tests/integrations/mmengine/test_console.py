@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 pytest.importorskip("mmengine")
+from _one_epoch import one_epoch_config  # noqa: E402
 from vlr_plugins.integrations.mmengine.console import (  # noqa: E402
     NOISE,
     THIRD_PARTY_WARNINGS,
@@ -99,14 +100,7 @@ def test_the_runner_logs_everything_to_its_file_and_little_to_the_console(tiny_w
                                                                           capsys):
     from mmengine.config import Config
 
-    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
-    from vlr_plugins.recipe import load_recipe
-
-    recipe = load_recipe("paragraph/c5", {
-        "model": tiny_encoder_cfg,
-        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
-        "train": {"batch_size": 16, "epochs": 1, "num_workers": 0, "log_interval": 1}})
-    cfg = Config(recipe_to_mmengine_config(recipe, str(tmp_path / "work")))
+    cfg = Config(one_epoch_config("paragraph/c5", tiny_world, tiny_encoder_cfg, tmp_path / "work"))
     try:
         runner = build_runner(cfg)
         runner.logger.info("Epoch(train) [1][1/3]  loss: 1.0")

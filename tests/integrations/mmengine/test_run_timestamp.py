@@ -8,6 +8,7 @@ import time
 import pytest
 
 pytest.importorskip("mmengine")
+from _one_epoch import one_epoch_config  # noqa: E402
 from mmengine.config import Config  # noqa: E402
 from mmengine.logging import MMLogger  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
@@ -39,14 +40,7 @@ def one_second(monkeypatch):
 
 
 def _config(recipe_name, tiny_world, tiny_encoder_cfg, work_dir):
-    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
-    from vlr_plugins.recipe import load_recipe
-
-    recipe = load_recipe(recipe_name, {
-        "model": tiny_encoder_cfg,
-        "data": {"train": tiny_world["train"], "image_embeddings": tiny_world["image_embeddings"]},
-        "train": {"batch_size": 16, "epochs": 1, "num_workers": 0, "log_interval": 1}})
-    return Config(recipe_to_mmengine_config(recipe, str(work_dir)))
+    return Config(one_epoch_config(recipe_name, tiny_world, tiny_encoder_cfg, work_dir))
 
 
 def test_two_runs_started_in_the_same_second_keep_apart(tiny_world, tiny_encoder_cfg, tmp_path, one_second):
