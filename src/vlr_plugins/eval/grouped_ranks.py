@@ -95,9 +95,12 @@ class _Worker:
         self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
         self.loaded = -1  # the text block in text_rows
 
-    def load_texts(self, t0: int, t1: int) -> None:
-        """Texts t0..t1 - 1 into the text rows, zero rows up to the aligned width."""
-        self.matrix.texts.load(slice(t0, t1), self.text_rows[:_aligned_up(t1 - t0)])
+    def load_texts(self, block: int, t0: int, t1: int) -> None:
+        """Text block ``block`` (texts t0..t1 - 1) into the text rows, zero rows up to the
+        aligned width; nothing to do when it is there already."""
+        if self.loaded != block:
+            self.matrix.texts.load(slice(t0, t1), self.text_rows[:_aligned_up(t1 - t0)])
+            self.loaded = block
 
     def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The tile's scores against the loaded texts and its work buffer, (items, texts)
@@ -134,8 +137,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         """Block ``block``'s diagonal tile: its thresholds, exact ties and counts (each
         block writes only its own items' and texts' entries)."""
         (a0, a1), (t0, t1) = items[block], texts[block]
-        worker.load_texts(t0, t1)
-        worker.loaded = block
+        worker.load_texts(block, t0, t1)
         scores, work = worker.score((a0, a1), (t0, t1))
         local_owner = matrix.owner[t0:t1] - a0
         positive = scores[local_owner, matrix.arange(t1 - t0)]
@@ -155,9 +157,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         worker's own accumulators (other parts of the column run on other workers)."""
         c, rows = task
         t0, t1 = texts[c]
-        if worker.loaded != c:
-            worker.load_texts(t0, t1)
-            worker.loaded = c
+        worker.load_texts(c, t0, t1)
         for r in rows:
             if r == c:
                 continue
