@@ -46,7 +46,7 @@ def one_run(builder: str, world: str, work_dir: str) -> float:
 
 
 def write_world(folder: str) -> None:
-    from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
+    from vlr_plugins.demo.synthetic_world import SyntheticWorld, SyntheticWorldConfig
 
     world = SyntheticWorld(SyntheticWorldConfig(seed=1, num_train=48, num_eval=16, dim=32))
     paths = {k: str(v) for k, v in world.write(folder).items()}

@@ -29,7 +29,7 @@ def _session_dir(prefix: str) -> Path:
 def mvc_world() -> dict[str, str]:
     """Paths of the session's tiny world (``train``, ``videos``, ``tokenizer``, ``eval_videos``,
     ``eval_summary``, ``eval_detailed``) plus ``vocab`` (the tokenizer's size, as a string)."""
-    from vlr_plugins.data.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
+    from vlr_plugins.demo.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
 
     world = SyntheticVideoWorld(SyntheticVideoWorldConfig(seed=3, num_train=8, num_eval=4))
     paths = world.write(_session_dir("vlr-mvc-world-"))

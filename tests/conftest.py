@@ -82,7 +82,7 @@ def pytest_make_collect_report(collector):
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     """Paths of a small synthetic world written once per session (train, eval, store, tokenizer)."""
-    from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
+    from vlr_plugins.demo.synthetic_world import SyntheticWorld, SyntheticWorldConfig
 
     world = SyntheticWorld(SyntheticWorldConfig(seed=1, num_train=48, num_eval=16, dim=32))
     paths = world.write(tmp_path_factory.mktemp("world"))

@@ -192,7 +192,7 @@ def test_dump_config_into_a_missing_folder_is_named(tmp_path, tiny_world, tiny_e
 
 
 def test_set_items_nest_and_a_later_one_wins():
-    from vlr_plugins.cli import _parse_set
+    from vlr_plugins.recipe.overrides import parse_set_items as _parse_set
 
     assert _parse_set(["train.epochs=2", "data.fraction=0.5", "train.epochs=3", "train.amp=true"]) == {
         "train": {"epochs": 3, "amp": True}, "data": {"fraction": 0.5}}
@@ -216,7 +216,7 @@ def test_several_set_options_add_up(command):
     (["train. epochs=2"], "expected a dotted key"),
 ])
 def test_set_items_that_cannot_be_merged_are_named(items, words):
-    from vlr_plugins.cli import _parse_set
+    from vlr_plugins.recipe.overrides import parse_set_items as _parse_set
     from vlr_plugins.errors import UsageError
 
     with pytest.raises(UsageError, match=r"^--set: ") as e:

@@ -24,7 +24,7 @@ def write_benchmarks(tmp_path, tiny_world, extra=""):
 def test_eval_reports_recall_equal_to_the_engine(tiny_checkpoint, tiny_world, tmp_path, capsys):
     from vlr_plugins.data import read_retrieval_jsonl
     from vlr_plugins.eval import evaluate_retrieval_set
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     out = tmp_path / "out"
     rc = main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(write_benchmarks(tmp_path, tiny_world)),

@@ -17,7 +17,7 @@ def test_export_writes_model_card_and_results_and_loads_back(tiny_checkpoint, ti
     from transformers import AutoModel
 
     import vlr_plugins.hf  # noqa: F401  (registers the Auto classes)
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"recall": {"short": {"i2t_r1": 12.5, "t2i_r1": 6.25, "i2t_r5": 50.0,

@@ -41,10 +41,10 @@ def test_report_holds_both_recipes_and_both_query_kinds(demo):
 def test_reported_recall_is_the_trained_models(demo):
     """R@1 recomputed by hand from MVC-B's checkpoint: its tower on the clips' middle frames,
     its text encoder on each query in the query's view."""
-    from vlr_plugins.data.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
+    from vlr_plugins.demo.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
     from vlr_plugins.data.video import sample_frames, video_transform
     from vlr_plugins.registry import MODELS
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     report = json.loads((demo / "report.json").read_text())
     world = SyntheticVideoWorld(SyntheticVideoWorldConfig(**report["world"]))

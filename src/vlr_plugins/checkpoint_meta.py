@@ -2,7 +2,7 @@
 
 ``vlr train`` (``WeightsOnlyCheckpointHook``) and ``vlr lavis-export`` write:
 
-- ``meta['vlr_text_encoder']``: the encoder's architecture (``vlr_plugins.text.load_text_encoder``);
+- ``meta['vlr_text_encoder']``: the encoder's architecture (``vlr_plugins.specs.load_text_encoder``);
 - ``meta['vlr_recipe']``: ``Recipe.to_dict()`` of the recipe it was trained with;
 - ``meta['vlr_loss']``: :func:`loss_config` of the loss object as it was when saved, so a
   model card shows the defaults the recipe left out and a learned temperature.
@@ -125,32 +125,27 @@ def _checkpoint(checkpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def read_checkpoint_meta(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    """The ``meta`` of a ``vlr train`` / ``vlr lavis-export`` checkpoint (``{}`` for a
-    ``blip:<name>`` spec, which has none), read without loading the weights.
+    """The ``meta`` of a ``vlr train`` / ``vlr lavis-export`` checkpoint, read without loading
+    the weights (a spec string, ``blip:<name>`` included: :func:`vlr_plugins.specs.text_encoder_meta`).
 
     A checkpoint that is not there, not a PyTorch checkpoint, not weights-only, or not a
     mapping is refused with one error naming it (see :func:`load_weights_only`).
     """
-    checkpoint = str(checkpoint)
-    if checkpoint.startswith("blip:"):
-        return {}
-    return _checkpoint(checkpoint)[1]
+    return _checkpoint(str(checkpoint))[1]
 
 
 def check_text_encoder_checkpoint(checkpoint: str | os.PathLike) -> dict[str, Any]:
     """Raise unless ``checkpoint`` is one a text encoder can be rebuilt from
-    (:func:`vlr_plugins.text.load_text_encoder`): weights-only, with the architecture in
+    (:func:`vlr_plugins.specs.load_text_encoder`): weights-only, with the architecture in
     ``meta['vlr_text_encoder']`` and ``text_encoder.*`` weights in ``state_dict``, as
     ``vlr train`` and ``vlr lavis-export`` write it; return its ``meta``.
 
     Each refusal is one :class:`~vlr_plugins.errors.UserError` naming the file (and the
-    key), before anything is built. ``blip:<name>`` specs pass (``{}``).
+    key), before anything is built (``blip:<name>`` specs: :func:`vlr_plugins.specs.text_encoder_meta`).
     """
     from vlr_plugins.data.errors import DataFormatError
 
     checkpoint = str(checkpoint)
-    if checkpoint.startswith("blip:"):
-        return {}
     ckpt, meta = _checkpoint(checkpoint)
     arch = meta.get("vlr_text_encoder")
     if not isinstance(arch, dict) or not isinstance(arch.get("type"), str):

@@ -18,17 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vlr_plugins.data import (
-    DataFormatError,
-    EmbeddingStore,
-    VideoItem,
-    failures_path_of,
-    list_videos,
-    precompute_video_embeddings,
-    sample_frames,
-    video_transform,
-    work_dir_of,
-)
+from vlr_plugins.data import DataFormatError, EmbeddingStore, sample_frames, video_transform, work_dir_of
+from vlr_plugins.precompute import VideoItem, failures_path_of, list_videos, precompute_video_embeddings
 
 pytest.importorskip("av")
 pytest.importorskip("timm")
@@ -239,7 +230,7 @@ def test_an_interrupted_run_keeps_its_rows_and_failures_for_resume(clips, tower,
 
 def test_the_command_offers_the_samplers_and_backends_of_the_library():
     from vlr_plugins.cli import build_parser
-    from vlr_plugins.data import VIDEO_SAMPLERS
+    from vlr_plugins.precompute import VIDEO_SAMPLERS
     from vlr_plugins.data.video import VIDEO_BACKENDS
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["precompute"]
@@ -285,7 +276,8 @@ def test_vlr_precompute_videos_reports_failures_and_exits_2_then_resume_finishes
 KILLED_RUN = textwrap.dedent(
     """
     import sys
-    from vlr_plugins.data import list_videos, load_video_encoder, precompute_video_embeddings
+    from vlr_plugins.precompute import list_videos, precompute_video_embeddings
+    from vlr_plugins.specs import load_video_encoder
 
     tower_spec = sys.argv[1]
     precompute_video_embeddings(load_video_encoder(tower_spec), list_videos("videos"), "store", frames=4,

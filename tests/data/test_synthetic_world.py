@@ -13,8 +13,8 @@ import torch
 pytest.importorskip("transformers")
 
 from vlr_plugins.data import EmbeddingStore, read_paragraph_samples  # noqa: E402
-from vlr_plugins.data import synthetic_world as world_module  # noqa: E402
-from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig  # noqa: E402
+from vlr_plugins.demo import synthetic_world as world_module  # noqa: E402
+from vlr_plugins.demo.synthetic_world import SyntheticWorld, SyntheticWorldConfig  # noqa: E402
 from vlr_plugins.text import words_of  # noqa: E402
 
 SMALL = SyntheticWorldConfig(seed=3, num_train=300, num_eval=60, dim=64)

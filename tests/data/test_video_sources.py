@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, VideoItem, benchmark_videos, list_videos
+from vlr_plugins.data import DataFormatError
+from vlr_plugins.precompute import VideoItem, benchmark_videos, list_videos
 from vlr_plugins.errors import MissingFileError
 
 

@@ -82,7 +82,7 @@ def test_precompute_then_eval_scores_the_mllm_as_its_own_encoders_do(world, tmp_
 
 
 def test_an_export_less_spec_takes_the_care_prompt_and_a_named_prompt_is_used(world):
-    from vlr_plugins.mllm.model_spec import load_mllm_spec, split_mllm_spec
+    from vlr_plugins.specs import load_mllm_spec, split_mllm_spec
 
     assert split_mllm_spec(f"mllm:{world['folder']}") == (str(world["folder"]), None)
     assert split_mllm_spec(f"mllm:{world['folder']}:e5v") == (str(world["folder"]), "e5v")
@@ -94,7 +94,7 @@ def test_an_export_less_spec_takes_the_care_prompt_and_a_named_prompt_is_used(wo
 
 def test_an_export_brings_its_own_prompt(world, tmp_path):
     from vlr_plugins.hf import export_eol_embedder
-    from vlr_plugins.mllm import load_mllm_spec
+    from vlr_plugins.specs import load_mllm_spec
 
     out = export_eol_embedder(EOLEmbedder(world["folder"], prompt="e5v"), tmp_path / "e5v-tiny")
     assert load_mllm_spec(f"mllm:{out}").prompt.text == load_mllm_spec(f"mllm:{world['folder']}:e5v").prompt.text

@@ -11,8 +11,10 @@ import torch
 from _reference import gallery_order, random_problem, score_matrix
 
 from vlr_plugins.errors import ConfigError, UsageError
-from vlr_plugins.eval import encode_with_model, load_text_model, match_reranker, retrieval_recall
-from vlr_plugins.eval.models import TextModel, text_model_dim, text_model_source
+from vlr_plugins.eval import encode_with_model, match_reranker, retrieval_recall
+from vlr_plugins.specs import load_text_model
+from vlr_plugins.eval.models import TextModel, text_model_dim
+from vlr_plugins.specs import text_model_source
 
 
 class Recorder:

@@ -78,7 +78,7 @@ def open_clip_reference(world, store: str, name: str, kind: str | None = None) -
 
 def checkpoint_reference(world, checkpoint, tokenizer, store: str, name: str, kind: str | None,
                          budget: int) -> dict[str, float]:
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     encoder = load_text_encoder(checkpoint)
     rs = world["sets"][name] if kind is None else world["sets"][name].with_texts(kind)

@@ -246,7 +246,7 @@ def test_train_then_export_keeps_the_recipe_budgets_and_the_embeddings(tiny_worl
 
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.recipe import load_recipe
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     recipe = load_recipe("paragraph/c5", {
         "model": tiny_encoder_cfg,

@@ -13,7 +13,8 @@ pytest.importorskip("tokenizers")
 
 from vlr_plugins.errors import ConfigError, MissingFileError  # noqa: E402
 from vlr_plugins.registry import MODELS  # noqa: E402
-from vlr_plugins.text import VIEWS, DualCLSTextEncoder, build_wordpiece_tokenizer, load_text_encoder  # noqa: E402
+from vlr_plugins.specs import load_text_encoder  # noqa: E402
+from vlr_plugins.text import VIEWS, DualCLSTextEncoder, build_wordpiece_tokenizer  # noqa: E402
 
 WORDS = ("a the red blue small old dog cat man woman car boat beach road sits runs rides near on with "
          "and two of in").split()

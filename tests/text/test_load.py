@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from vlr_plugins.data import DataFormatError  # noqa: E402
 from vlr_plugins.errors import MissingFileError, ModelLoadError  # noqa: E402
-from vlr_plugins.text import load_text_encoder  # noqa: E402
+from vlr_plugins.specs import load_text_encoder  # noqa: E402
 
 
 def test_a_missing_checkpoint_names_the_option(tmp_path):

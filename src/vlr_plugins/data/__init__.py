@@ -1,7 +1,8 @@
 """Training data: samples with their texts (paragraph supervision, multi-view captions), text
-views, media sources (stored embeddings, image files, video clips), embedding stores and
-their precompute (images and videos), video frames (sampling, decoding, transforms) and the
-one text-views dataset every trainer adapts.
+views, media sources (stored embeddings, image files, video clips), embedding stores, video frames
+(sampling, decoding, transforms) and the one text-views dataset every trainer adapts. What
+is built on them (precompute, the demos) lives in :mod:`vlr_plugins.precompute` and
+:mod:`vlr_plugins.demo`; this package imports neither.
 
 Importing this package needs only torch and the standard library; safetensors,
 pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are imported by the
@@ -16,18 +17,6 @@ from vlr_plugins.data.errors import (
     MissingEmbeddingsError,
     OutputExistsError,
     VideoEncoderError,
-)
-from vlr_plugins.data.precompute import (
-    BlipImageEncoder,
-    list_images,
-    load_encoder,
-    precompute_image_embeddings,
-)
-from vlr_plugins.data.precompute_video import (
-    VIDEO_SAMPLERS,
-    failures_path_of,
-    precompute_video_embeddings,
-    video_store_meta,
 )
 from vlr_plugins.data.resumable_store import (
     ResumableEmbeddingStoreWriter,
@@ -59,7 +48,6 @@ from vlr_plugins.data.sample import (
     write_paragraph_samples,
 )
 from vlr_plugins.data.schemas import SAMPLE_SCHEMAS, text_fields
-from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
 from vlr_plugins.data.text_views import (
     DrawnText,
     TextView,
@@ -67,9 +55,7 @@ from vlr_plugins.data.text_views import (
     check_samples_have_views,
     draw_texts,
 )
-from vlr_plugins.data.video_encoders import load_video_encoder
 from vlr_plugins.data.video_media import CLIP_SAMPLERS, VideoClips
-from vlr_plugins.data.video_sources import VIDEO_SUFFIXES, VideoItem, benchmark_videos, list_videos
 from vlr_plugins.data.video import (
     CLIP_MEAN,
     CLIP_STD,
@@ -130,26 +116,11 @@ __all__ = [
     "MissingEmbeddingsError",
     "OutputExistsError",
     "VideoEncoderError",
-    "precompute_image_embeddings",
-    "list_images",
-    "load_encoder",
-    "BlipImageEncoder",
-    "VIDEO_SAMPLERS",
-    "VIDEO_SUFFIXES",
-    "VideoItem",
-    "benchmark_videos",
-    "failures_path_of",
-    "list_videos",
-    "load_video_encoder",
-    "precompute_video_embeddings",
-    "video_store_meta",
     "RetrievalSet",
     "read_retrieval_jsonl",
     "DrawnText",
     "draw_texts",
     "check_samples_have_views",
-    "SyntheticWorld",
-    "SyntheticWorldConfig",
     "FRAME_STRATEGIES",
     "frame_indices",
     "window_frames",

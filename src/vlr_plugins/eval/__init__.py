@@ -5,7 +5,7 @@ Pareto summary, frames per video benchmark) and result tables."""
 from vlr_plugins.eval.benchmarks import BenchmarkSpec, load_benchmark_specs, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
 from vlr_plugins.eval.evaluate import evaluate_benchmarks, evaluate_retrieval_set, evaluate_splits
-from vlr_plugins.eval.models import TextModel, encode_with_model, load_text_model, match_reranker
+from vlr_plugins.eval.models import TextModel, encode_with_model, match_reranker
 from vlr_plugins.eval.pareto import pareto_frontier, pareto_summary, plot_pareto
 from vlr_plugins.eval.protocols import (
     BenchmarkProtocol,
@@ -34,7 +34,6 @@ __all__ = [
     "list_protocols",
     "list_tables",
     "load_benchmark_specs",
-    "load_text_model",
     "match_reranker",
     "pareto_frontier",
     "pareto_summary",

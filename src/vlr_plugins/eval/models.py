@@ -21,10 +21,10 @@ texts) -> (P,)``                                  text) pairs, higher is a bette
                                                   ``--rerank-k K`` re-ranks each query's top K
 ======================================  ========  ============================================
 
-Our checkpoints (``vlr train``, ``blip:``) are scored through their tokenizer (the CLI's
-path); ``open_clip:MODEL:CHECKPOINT_OR_TAG`` through
-:class:`~vlr_plugins.eval.open_clip_text.OpenCLIPTextModel`; ``mllm:FOLDER[:PROMPT]`` (CaRe,
-E5-V) through :meth:`~vlr_plugins.mllm.EOLEmbedder.encode_text`.
+The spec ``--model`` gives is read by :mod:`vlr_plugins.specs`: our checkpoints (``vlr
+train``, ``blip:``) are scored through their tokenizer; ``open_clip:MODEL:CHECKPOINT_OR_TAG``
+through :class:`~vlr_plugins.integrations.open_clip.text_model.OpenCLIPTextModel`;
+``mllm:FOLDER[:PROMPT]`` (CaRe, E5-V) through :meth:`~vlr_plugins.mllm.EOLEmbedder.encode_text`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,10 +40,9 @@ from tqdm.auto import tqdm
 
 from vlr_plugins.errors import ConfigError, UsageError
 
-__all__ = ["TextModel", "encode_with_model", "load_text_model", "match_reranker", "takes_keyword",
-           "text_model_dim", "text_model_source"]
+__all__ = ["TextModel", "encode_with_model", "imported_text_model", "match_reranker", "takes_keyword",
+           "text_model_dim"]
 
-_PYTHON_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _PROBE = "a person walks a dog along the beach"
 
 
@@ -159,26 +157,15 @@ def match_reranker(model: Any, item_ids: Sequence[str], texts: Sequence[str],
     return rerank
 
 
-def text_model_source(spec: str) -> str:
-    """What ``--model spec`` names: ``"open_clip"`` (``open_clip:...``), ``"mllm"``
-    (``mllm:FOLDER[:PROMPT]``), ``"python"`` (``module.sub:attr``, not a path that exists) or
-    ``"checkpoint"`` (a ``vlr train`` checkpoint or ``blip:<name>``; anything else is taken
-    for a checkpoint path)."""
-    if spec.startswith("open_clip:"):
-        return "open_clip"
-    if spec.startswith("mllm:"):
-        return "mllm"
-    if spec.startswith("blip:") or os.path.exists(spec):
-        return "checkpoint"
-    return "python" if _PYTHON_SPEC.match(spec) else "checkpoint"
+def imported_text_model(module_name: str, attr: str, *, spec: str, setting: str) -> Any:
+    """``attr`` (may be dotted) of ``module_name``, imported with the current folder first: an
+    object with ``encode_text``, or a class or function that returns one when called without
+    arguments (``--model module:callable``; :func:`vlr_plugins.specs.load_text_model` reads
+    the spec). An ``nn.Module`` is put in eval mode, not moved."""
+    from vlr_plugins._imports import current_folder_importable
 
-
-def _python_model(spec: str, setting: str) -> Any:
-    from vlr_plugins.data.precompute import _current_folder_importable
-
-    module_name, _, attr = spec.partition(":")
     try:
-        with _current_folder_importable():
+        with current_folder_importable():
             obj: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(setting, f"{spec!r}: cannot import {module_name!r}: {e} (searched the current folder "
@@ -195,42 +182,3 @@ def _python_model(spec: str, setting: str) -> Any:
     if isinstance(obj, torch.nn.Module):
         obj.eval()
     return obj
-
-
-def load_text_model(spec: str, *, setting: str = "--model", device: str | torch.device = "cpu",
-                    dtype: str | torch.dtype | None = None) -> Any:
-    """The text model ``spec`` names, for ``open_clip:``, ``mllm:`` and ``module:callable`` specs.
-
-    - ``open_clip:MODEL:CHECKPOINT_OR_TAG``: an open_clip or Long-CLIP model
-      (:func:`~vlr_plugins.eval.open_clip_text.load_open_clip_text_model`), on ``device``;
-    - ``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V :class:`~vlr_plugins.mllm.EOLEmbedder` (an MLLM
-      folder or a ``vlr export``; :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`), on
-      ``device``, in ``dtype`` (``"auto"`` or None: the checkpoint's own;
-      :mod:`vlr_plugins.mllm.model_dtype`): its ``encode_text`` embeds each text under the
-      EOL prompt;
-    - ``module.sub:attr``: ``attr`` of ``module.sub`` (the current folder searched first):
-      an object with ``encode_text``, or a class or function that returns one when
-      called without arguments. It is used as returned (an ``nn.Module`` is put in eval
-      mode, not moved: its ``encode_text`` places its inputs).
-
-    Every way the spec can be unusable is one :class:`~vlr_plugins.errors.UserError`
-    naming ``setting``, as is a ``dtype`` for any spec but ``mllm:``; a model that cannot be
-    downloaded (offline) a :class:`~vlr_plugins.errors.ModelLoadError`.
-    """
-    source = text_model_source(spec)
-    if dtype not in (None, "auto") and source != "mllm":
-        from vlr_plugins.errors import UsageError
-
-        raise UsageError(setting, f"{spec!r}: a model dtype ({dtype}) is chosen for mllm: specs only; this model "
-                                  "is loaded as its own code loads it")
-    if source == "open_clip":
-        from vlr_plugins.eval.open_clip_text import load_open_clip_text_model
-
-        return load_open_clip_text_model(spec[len("open_clip:"):], setting=setting, device=device)
-    if source == "mllm":
-        from vlr_plugins.mllm.model_spec import load_mllm_spec
-
-        return load_mllm_spec(spec, setting=setting, device=device, dtype=dtype)
-    if source == "python":
-        return _python_model(spec, setting)
-    raise ValueError(f"{spec!r} names a checkpoint, which is loaded with its tokenizer, not by load_text_model")

@@ -137,7 +137,7 @@ def export_text_encoder(
 
     ``encoder_or_checkpoint``: a ``BlipTextEncoder`` or ``DualCLSTextEncoder``, a ``vlr
     train`` checkpoint (``.pth``) of one, or ``blip:<hub name or folder>`` (see
-    :func:`vlr_plugins.text.load_text_encoder`).
+    :func:`vlr_plugins.specs.load_text_encoder`).
 
     Writes ``config.json`` (a member of the vlr retrieval family: ``vlr_blip_text_encoder``,
     ``vlr_dual_cls_text_encoder``), ``model.safetensors`` and the tokenizer files; with
@@ -168,19 +168,18 @@ def export_text_encoder(
         >>> AutoModel.from_pretrained("blip-c5", trust_remote_code=True)  # doctest: +SKIP
     """
     import vlr_plugins
-    from vlr_plugins.checkpoint_meta import check_text_encoder_checkpoint
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder, parse_model_spec, text_encoder_meta
 
     out_dir = Path(out_dir)
     check_export_target(out_dir, overwrite=overwrite)
     if isinstance(encoder_or_checkpoint, (str, os.PathLike)):
-        spec = os.fspath(encoder_or_checkpoint)
-        if spec.startswith("blip:"):
-            with loading_pretrained(spec[len("blip:"):], "encoder_or_checkpoint"):
-                encoder = load_text_encoder(spec)
+        spec = parse_model_spec(encoder_or_checkpoint)
+        if spec.scheme == "blip":
+            with loading_pretrained(spec.target, "encoder_or_checkpoint"):
+                encoder = load_text_encoder(spec.text)
         else:
-            check_text_encoder_checkpoint(spec)  # one error naming the file, not torch.load's traceback
-            encoder = load_text_encoder(spec)
+            text_encoder_meta(spec.text)  # one error naming the file, not torch.load's traceback
+            encoder = load_text_encoder(spec.text)
     elif isinstance(encoder_or_checkpoint, torch.nn.Module):
         encoder = encoder_or_checkpoint
     else:

@@ -14,8 +14,9 @@
 * :class:`VLLMEmbedder`, :class:`VLLMVideoCaptioner`, :func:`require_vllm` -- the same
   embeddings and captions by vLLM on GPUs (refused, saying why, without vLLM or a GPU).
 * :func:`load_eol_embedder` -- an embedder from a model folder, Hub id or `vlr` export.
-* :func:`load_mllm_spec`, :class:`EOLImageEncoder` -- ``mllm:FOLDER[:PROMPT]``, the spec
-  ``vlr precompute --encoder`` and ``vlr eval --model`` take (CaReBench evaluation).
+* :func:`load_mllm_embedder`, :class:`EOLImageEncoder` -- the model of an ``mllm:FOLDER[:PROMPT]``
+  spec (read by :func:`vlr_plugins.specs.load_mllm_spec`), as ``vlr precompute --encoder`` and
+  ``vlr eval --model`` take it (CaReBench evaluation).
 * :data:`MODEL_DTYPES` -- the dtypes ``--model-dtype`` loads a model in (``auto``: the
   checkpoint's own); :mod:`vlr_plugins.mllm.model_dtype`.
 * :class:`VideoCaptioner`, :class:`CaptionSettings`, :func:`load_caption_settings`,
@@ -40,7 +41,7 @@ from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
 from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
 from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.model_dtype import MODEL_DTYPES
-from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_spec
+from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_embedder
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 from vlr_plugins.mllm.pooling import last_token_pool
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
@@ -63,7 +64,7 @@ __all__ = [
     "EOLTripletsDataset",
     "collate_eol_triplets",
     "load_eol_embedder",
-    "load_mllm_spec",
+    "load_mllm_embedder",
     "EOLImageEncoder",
     "MODEL_DTYPES",
     "logit_lens",

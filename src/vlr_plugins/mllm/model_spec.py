@@ -1,5 +1,6 @@
 """``mllm:FOLDER[:PROMPT]``: a CaRe / E5-V embedder named on a command line, as ``vlr precompute
---encoder`` (its video or image side) and ``vlr eval --model`` (its text side) take it.
+--encoder`` (its video or image side) and ``vlr eval --model`` (its text side) take it; the
+spec is read by :mod:`vlr_plugins.specs`, the folder and prompt checked and loaded here.
 
 ``FOLDER`` is a transformers MLLM folder (or Hub id) or a ``vlr export`` of an
 :class:`~vlr_plugins.mllm.EOLEmbedder`; ``PROMPT`` a shipped EOL prompt family (``care``,
@@ -22,30 +23,10 @@ from vlr_plugins.mllm.embedder import EOLEmbedder
 from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.prompt import list_eol_prompts
 
-__all__ = ["MLLM_PREFIX", "EOLImageEncoder", "load_mllm_spec", "split_mllm_spec"]
+__all__ = ["EOLImageEncoder", "load_mllm_embedder"]
 
-MLLM_PREFIX = "mllm:"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FORM = "mllm:FOLDER[:PROMPT] (a transformers MLLM folder or a vlr export; PROMPT e.g. care or e5v)"
-
-
-def split_mllm_spec(spec: str, setting: str = "--model") -> tuple[str, str | None]:
-    """``"mllm:FOLDER[:PROMPT]"`` -> ``(FOLDER, PROMPT or None)``.
-
-    A ``FOLDER`` that exists as written is taken whole (so a path may hold a colon);
-    otherwise the text after the last colon is the prompt. A malformed spec is a
-    :class:`~vlr_plugins.errors.UsageError` naming ``setting``.
-    """
-    if not spec.startswith(MLLM_PREFIX):
-        raise UsageError(setting, f"{spec!r} is not an mllm: spec; expected {_FORM}")
-    rest = spec[len(MLLM_PREFIX):]
-    if os.path.exists(rest) or ":" not in rest:
-        folder, prompt = rest, None
-    else:
-        folder, _, prompt = rest.rpartition(":")
-    if not folder:
-        raise UsageError(setting, f"{spec!r} names no model folder; expected {_FORM}")
-    return folder, prompt or None
 
 
 def _check_prompt(prompt: str | None, spec: str, setting: str) -> None:
@@ -82,24 +63,19 @@ def _check_folder(folder: str, spec: str, setting: str) -> None:
         raise UsageError(setting, f"{spec!r}: no such folder: {folder}")
 
 
-def load_mllm_spec(spec: str, *, setting: str = "--model", device: Any = None, **kwargs: Any) -> EOLEmbedder:
-    """The :class:`~vlr_plugins.mllm.EOLEmbedder` ``spec`` names, in eval mode on ``device``.
+def load_mllm_embedder(folder: str, prompt: str | None, *, spec: str, setting: str = "--model", device: Any = None,
+                       **kwargs: Any) -> EOLEmbedder:
+    """The :class:`~vlr_plugins.mllm.EOLEmbedder` of ``folder`` under ``prompt``, in eval mode
+    on ``device``, as ``spec`` (``mllm:FOLDER[:PROMPT]``, read by
+    :func:`vlr_plugins.specs.load_mllm_spec`) names it.
 
-    ``spec`` is ``mllm:FOLDER[:PROMPT]`` (module docstring); ``kwargs`` go to
-    :func:`~vlr_plugins.mllm.load_eol_embedder` (``dtype``: ``"auto"``, the default, is the
-    checkpoint's own; :mod:`vlr_plugins.mllm.model_dtype`). Refused, naming ``setting``,
-    with a :class:`~vlr_plugins.errors.UsageError`: a folder that is not there or holds no
-    model, an unknown prompt name (the message lists the shipped ones), and a text-only
-    language model (it embeds no videos); a model that cannot be loaded is a
+    ``kwargs`` go to :func:`~vlr_plugins.mllm.load_eol_embedder` (``dtype``: ``"auto"``, the
+    default, is the checkpoint's own; :mod:`vlr_plugins.mllm.model_dtype`). Refused, naming
+    ``setting``, with a :class:`~vlr_plugins.errors.UsageError`: a folder that is not there or
+    holds no model, an unknown prompt name (the message lists the shipped ones), and a
+    text-only language model (it embeds no videos); a model that cannot be loaded is a
     :class:`~vlr_plugins.errors.ModelLoadError`.
-
-    Example::
-
-        >>> emb = load_mllm_spec("mllm:Qwen/Qwen2-VL-7B-Instruct:care", device="cuda")  # doctest: +SKIP
-        >>> emb.encode_text(["A dog runs."]).shape  # doctest: +SKIP
-        torch.Size([1, 3584])
     """
-    folder, prompt = split_mllm_spec(spec, setting)
     _check_prompt(prompt, spec, setting)
     _check_folder(folder, spec, setting)
     embedder = load_eol_embedder(folder, prompt=prompt, setting=setting, device=device, **kwargs)
@@ -117,7 +93,7 @@ class EOLImageEncoder:
 
     Example::
 
-        >>> enc = EOLImageEncoder(load_mllm_spec("mllm:CaRe-7B:care"), "mllm:CaRe-7B:care")  # doctest: +SKIP
+        >>> enc = EOLImageEncoder(specs.load_mllm_spec("mllm:CaRe-7B:care"), "mllm:CaRe-7B:care")  # doctest: +SKIP
         >>> enc([Image.open("cat.jpg").convert("RGB")]).shape  # doctest: +SKIP
         torch.Size([1, 3584])
     """

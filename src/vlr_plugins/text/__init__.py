@@ -13,7 +13,7 @@ from vlr_plugins._lazy import lazy_exports
 from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
 from vlr_plugins.text.dual_cls import VIEWS, DualCLSTextEncoder, DualCLSTextOutput
 from vlr_plugins.text.length import extend_text_context, tokenizer_for_length
-from vlr_plugins.text.load import load_text_encoder
+from vlr_plugins.text.load import load_blip_text_encoder, load_text_encoder_checkpoint
 from vlr_plugins.text.positions import freeze_leading_rows, stretch_positional_embedding
 from vlr_plugins.text.video_cross_attention import VideoCrossAttention
 
@@ -29,7 +29,8 @@ __all__ = [
     "extend_text_context",
     "freeze_leading_rows",
     "length_block_bounds",
-    "load_text_encoder",
+    "load_blip_text_encoder",
+    "load_text_encoder_checkpoint",
     "load_tokenizer",
     "stretch_positional_embedding",
     "tokenizer_for_length",

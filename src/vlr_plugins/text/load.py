@@ -11,35 +11,38 @@ from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.errors import MissingFileError
 from vlr_plugins.registry import MODELS
 
-__all__ = ["load_text_encoder"]
+__all__ = ["load_blip_text_encoder", "load_text_encoder_checkpoint"]
 
 _PREFIX = "text_encoder."
 
 
-def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
-                      setting: str | None = None) -> torch.nn.Module:
-    """``blip:<hub name or folder>`` -> BLIP's pretrained text side (BLIP0 in the paper);
-    a ``.pth`` path -> the text encoder of a ``vlr train`` (MMEngine) checkpoint.
+def load_blip_text_encoder(name: str, *, setting: str) -> torch.nn.Module:
+    """BLIP's pretrained text side (BLIP0 in the paper) from a Hub name or folder; a model
+    that cannot be loaded (offline, no such id or folder) is a
+    :class:`~vlr_plugins.errors.ModelLoadError` naming ``setting``."""
+    from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
+
+    # the config first (no weights): a model that cannot be had is named with the
+    # option that chose it, not with the encoder's own model.pretrained
+    BlipTextEncoder.describe(pretrained=name, setting=setting)
+    return MODELS.build({"type": "BlipTextEncoder", "pretrained": name})
+
+
+def load_text_encoder_checkpoint(spec: str | os.PathLike, *, map_location: str = "cpu",
+                                 setting: str | None = None) -> torch.nn.Module:
+    """The text encoder of a ``vlr train`` (MMEngine) checkpoint (``.pth``).
 
     Checkpoints are read with ``torch.load(weights_only=True)``; the architecture comes
     from ``meta['vlr_text_encoder']`` (written by ``WeightsOnlyCheckpointHook``), never
-    from executing the config text stored beside it.
+    from executing the config text stored beside it. (A spec string, ``blip:`` included,
+    is read by :func:`vlr_plugins.specs.load_text_encoder`.)
 
     Errors name ``setting`` (the option that gave ``spec``, e.g. ``--model``; default: the
-    spec itself): :class:`~vlr_plugins.errors.MissingFileError` for a checkpoint that is not
-    there, :class:`~vlr_plugins.data.DataFormatError` (a ``ValueError``) for a file that is
-    no `vlr train` checkpoint, :class:`~vlr_plugins.errors.ModelLoadError` for a BLIP model
-    that cannot be loaded (offline, no such id or folder).
+    path itself): :class:`~vlr_plugins.errors.MissingFileError` for a checkpoint that is not
+    there, :class:`~vlr_plugins.errors.DataFormatError` (a ``ValueError``) for a file that is
+    no `vlr train` checkpoint.
     """
     spec = str(spec)
-    if spec.startswith("blip:"):
-        from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
-
-        name = spec[len("blip:"):]
-        # the config first (no weights): a model that cannot be had is named with the
-        # option that chose it, not with the encoder's own model.pretrained
-        BlipTextEncoder.describe(pretrained=name, setting=setting or spec)
-        return MODELS.build({"type": "BlipTextEncoder", "pretrained": name})
     where = setting or spec
     if not os.path.isfile(spec):
         what = "is a folder" if os.path.isdir(spec) else "no such file"

@@ -232,7 +232,7 @@ def test_lavis_export_writes_a_text_encoder_that_vlr_export_rebuilds(built, tmp_
     from transformers import AutoTokenizer
 
     from vlr_plugins.cli import main
-    from vlr_plugins.text.load import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     cfg, task, datasets, model = built
     base = _save({"model": model.state_dict()}, tmp_path / "base.pth")

@@ -32,7 +32,7 @@ def test_amp_steps_train_the_text_side_and_the_checkpoint_reloads(dtype, tiny_wo
 
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.recipe import load_recipe
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     recipe = load_recipe("paragraph/c5", {
         "model": tiny_encoder_cfg,

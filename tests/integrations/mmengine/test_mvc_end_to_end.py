@@ -64,7 +64,7 @@ def test_precompute_uses_the_trained_video_tower(chain):
 def test_eval_scores_text_to_video_with_the_trained_text_encoder(chain):
     """vlr eval's T2I R@1 equals R@1 computed by hand from the store and the text encoder."""
     from vlr_plugins.data import EmbeddingStore
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     results = json.loads(chain["results"].read_text())
     encoder = load_text_encoder(chain["ckpt"]).eval()
@@ -82,7 +82,7 @@ def test_eval_scores_text_to_video_with_the_trained_text_encoder(chain):
 def test_export_loads_with_automodel_and_matches_both_views(chain):
     from transformers import AutoModel, AutoTokenizer
 
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     model = AutoModel.from_pretrained(str(chain["export"]), trust_remote_code=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(chain["export"]))

@@ -79,7 +79,7 @@ def test_checkpoints_load_weights_only_and_training_resumes(tiny_world, tiny_enc
     for k, v in trained.items():
         assert torch.equal(ckpt["state_dict"][k], v)
     # the checkpoint alone rebuilds the trained text encoder (no config code executed)
-    from vlr_plugins.text import load_text_encoder
+    from vlr_plugins.specs import load_text_encoder
 
     rebuilt = load_text_encoder(tmp_path / "epoch_2.pth")
     ids = torch.randint(5, 40, (3, 9))

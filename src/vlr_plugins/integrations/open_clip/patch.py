@@ -186,7 +186,7 @@ class _Run:
         store = self.options.image_embeddings
         encoder_name = f"open_clip:{args.model}:{args.pretrained}"
         if not os.path.exists(store) and is_master(args):
-            from vlr_plugins.data.precompute import precompute_image_embeddings
+            from vlr_plugins.precompute.images import precompute_image_embeddings
 
             log.info(
                 "vlr: encoding %d training images into %s (preprocess_val, vision tower in eval)",

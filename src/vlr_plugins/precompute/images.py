@@ -22,12 +22,10 @@ What ``vlr precompute --images SRC --encoder SPEC --out STORE`` expects:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -38,13 +36,14 @@ import torch
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
 from vlr_plugins.data._text_files import utf8_lines
 from vlr_plugins.data.errors import DataFormatError, _type_name, image_encoder_error
+from vlr_plugins._imports import current_folder_importable
 from vlr_plugins.errors import MissingFileError, loading_pretrained
 
 __all__ = [
     "IMAGE_SUFFIXES",
     "BlipImageEncoder",
     "list_images",
-    "load_encoder",
+    "imported_image_encoder",
     "precompute_image_embeddings",
 ]
 
@@ -228,62 +227,14 @@ class BlipImageEncoder:
         return torch.nn.functional.normalize(image_feat.float(), dim=-1).cpu()
 
 
-@contextlib.contextmanager
-def _current_folder_importable() -> Iterator[None]:
-    """The current folder first on ``sys.path`` for the block, as ``python -m`` puts it;
-    the ``vlr`` script's own path starts with its bin folder instead."""
-    here = os.getcwd()
-    if "" in sys.path or here in sys.path:
-        yield
-        return
-    sys.path.insert(0, here)
+def imported_image_encoder(module_name: str, attr: str, what: str, kwargs: dict[str, Any]) -> ImageEncoder:
+    """``attr`` (may be dotted) of ``module_name``, imported with the current folder searched
+    first, as ``python -m`` does: a class is instantiated with ``kwargs``; anything else
+    (a function, an instance) is returned as is and must be callable, mapping a list of RGB
+    PIL images to an (n, D) tensor. ``what`` (option and spec) starts every message
+    (:func:`vlr_plugins.specs.load_image_encoder` reads the spec)."""
     try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(here)
-
-
-def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> ImageEncoder:
-    """Build an image encoder from a string, as config files and the CLI name one.
-
-    - ``"blip:<name_or_path>"``: a :class:`BlipImageEncoder`; ``kwargs`` (``device``,
-      ``dtype``) go to it. A model that cannot be loaded (not downloaded and no network,
-      an unknown name, a folder without the files) is one
-      :class:`~vlr_plugins.errors.ModelLoadError` naming it and ``setting``.
-    - ``"mllm:FOLDER[:PROMPT]"``: the image side of a CaRe / E5-V MLLM
-      (:class:`~vlr_plugins.mllm.model_spec.EOLImageEncoder`); ``kwargs`` (``device``,
-      ``dtype``: the model's, ``"auto"`` its checkpoint's) go to
-      :func:`~vlr_plugins.mllm.model_spec.load_mllm_spec`.
-    - ``"module.sub:attr"`` (``attr`` may be dotted): imports ``module.sub`` (the current
-      folder is searched first, as ``python -m`` does) and takes ``attr``. A class is
-      instantiated with ``kwargs``; anything else (a function, an instance) is returned
-      as is and must be callable, mapping a list of RGB PIL images to an (n, D) tensor,
-      one finite row per image. To use a factory function, expose a module-level instance
-      or wrap the factory in a class. An ``int`` attribute ``dim`` and a ``str``
-      attribute ``name`` are used when present.
-
-    ``setting`` names the spec's origin in messages (``vlr precompute`` passes
-    ``"--encoder"``). A spec that names no usable encoder raises
-    :class:`~vlr_plugins.data.errors.ImageEncoderError` (also an ``ImportError`` or
-    ``AttributeError`` for a module that cannot be imported or lacks the attribute).
-    """
-    what = f"{setting} {spec!r}"
-    if spec.startswith("mllm:"):
-        from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_spec
-
-        return EOLImageEncoder(load_mllm_spec(spec, setting=setting, **kwargs), spec)
-    if spec.startswith("blip:"):
-        path = spec[len("blip:") :]
-        if not path:
-            raise image_encoder_error(f"{what}: needs a model name or path after the colon")
-        with loading_pretrained(path, setting):
-            return BlipImageEncoder(path, **kwargs)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise image_encoder_error(f"{what}: expected 'blip:<name_or_path>' or 'module.sub:attr'")
-    try:
-        with _current_folder_importable():
+        with current_folder_importable():
             obj: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise image_encoder_error(
@@ -366,7 +317,7 @@ def precompute_image_embeddings(
 
     Args:
         encoder: maps a list of RGB PIL images to an (n, D) tensor, e.g.
-            ``load_encoder("blip:Salesforce/blip-itm-base-coco")``.
+            ``load_image_encoder("blip:Salesforce/blip-itm-base-coco")`` (:mod:`vlr_plugins.specs`).
         images: ``(id, path)`` pairs, e.g. from :func:`list_images`; ids must be unique.
         out_dir: the store to create; written atomically (nothing appears on failure).
         batch_size: images per encoder call.

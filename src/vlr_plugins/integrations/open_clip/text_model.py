@@ -22,12 +22,11 @@ from vlr_plugins.errors import ConfigError, MissingFileError, UsageError, loadin
 
 __all__ = ["OpenCLIPTextModel", "load_open_clip_text_model"]
 
-_SCHEMAS = ("hf-hub:", "local-dir:")
 _WEIGHTS = ("*.safetensors", "*.bin", "*.pth")  # what open_clip looks for in a local-dir folder
 
 
 class OpenCLIPTextModel:
-    """An open_clip ``CLIP`` / ``CustomTextCLIP`` as a text model (``vlr_plugins.eval.models``).
+    """An open_clip ``CLIP`` / ``CustomTextCLIP`` as a text model (the protocol of ``vlr_plugins.eval.models``).
 
     ``encode_text(texts, max_tokens=None) -> (N, D)``: ``tokenizer(texts)`` at the model's
     context length, or cut to ``max_tokens`` tokens (start and end tokens included) and
@@ -142,9 +141,10 @@ def _schema_weights(model_name: str, setting: str) -> None:
                                f"({', '.join(_WEIGHTS)}); it would score a random model")
 
 
-def load_open_clip_text_model(spec: str, *, setting: str = "--model",
-                              device: str | torch.device = "cpu") -> OpenCLIPTextModel:
-    """``MODEL:CHECKPOINT_OR_TAG`` (what follows ``open_clip:``) -> :class:`OpenCLIPTextModel`.
+def load_open_clip_text_model(model_name: str, pretrained: str | None, own_scheme: bool, *, spec: str,
+                              setting: str = "--model", device: str | torch.device = "cpu") -> OpenCLIPTextModel:
+    """``open_clip:MODEL:CHECKPOINT_OR_TAG`` (``spec``; :func:`vlr_plugins.specs.load_text_model`
+    reads it into ``model_name``, ``pretrained`` and ``own_scheme``) -> :class:`OpenCLIPTextModel`.
 
     ``MODEL`` is an open_clip config name (``ViT-B-32``), a long-context name
     ``<base>-ctx<N>`` (``ViT-L-14-ctx248``: a 77-token source is stretched the Long-CLIP way
@@ -165,20 +165,20 @@ def load_open_clip_text_model(spec: str, *, setting: str = "--model",
         create_long_context_model_and_transforms,
     )
 
-    if spec.startswith(_SCHEMAS):
-        model_name, pretrained, base = spec, None, None
-        if not spec.split(":", 1)[1]:
-            raise UsageError(setting, f"'open_clip:{spec}' needs a Hub id or a folder after {spec!r}")
+    shown = model_name if own_scheme else f"{model_name}:{pretrained}"  # as the spec gives it
+    if own_scheme:
+        base = None
+        if not model_name.split(":", 1)[1]:
+            raise UsageError(setting, f"{spec!r} needs a Hub id or a folder after {model_name!r}")
         _schema_weights(model_name, setting)
     else:
-        model_name, _, pretrained = spec.partition(":")
         if not model_name or not pretrained:
             raise UsageError(setting, f"expected open_clip:MODEL:CHECKPOINT_OR_TAG (e.g. open_clip:ViT-B-32:openai, "
-                                      f"open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt), found 'open_clip:{spec}'")
+                                      f"open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt), found {spec!r}")
         model_name, base = _architecture(model_name, setting)
         _weights(model_name, base, pretrained, setting)
     try:
-        with loading_pretrained(spec, setting):
+        with loading_pretrained(shown, setting):
             if base is not None:
                 model = create_long_context_model_and_transforms(model_name, pretrained, train_new_only=False,
                                                                  device=device)[0]
@@ -192,4 +192,4 @@ def load_open_clip_text_model(spec: str, *, setting: str = "--model",
                           f"{gist}") from None
     tokenizer_name = base if base is not None and open_clip.get_model_config(model_name) is None else model_name
     tokenizer = open_clip.get_tokenizer(tokenizer_name, context_length=model.context_length)
-    return OpenCLIPTextModel(model, tokenizer, name=f"open_clip:{spec}")
+    return OpenCLIPTextModel(model, tokenizer, name=spec)

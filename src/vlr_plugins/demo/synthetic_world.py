@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vlr_plugins._io import atomic_write_text
-from vlr_plugins.data import _world_templates as T
+from vlr_plugins.demo import _world_templates as T
 from vlr_plugins.data.embedding_store import EmbeddingStoreWriter
 from vlr_plugins.data.sample import ParagraphSample, write_paragraph_samples
 from vlr_plugins.text.tokenizer import build_wordpiece_tokenizer
@@ -273,7 +273,7 @@ class SyntheticWorld:
             lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in self.eval_split(s))
             atomic_write_text(paths[f"eval_{s}"], "".join(lines))
         ids, emb = self.image_embeddings()
-        meta = {"source": "vlr_plugins.data.synthetic_world", **dataclasses.asdict(self.config)}
+        meta = {"source": "vlr_plugins.demo.synthetic_world", **dataclasses.asdict(self.config)}
         with EmbeddingStoreWriter(paths["image_embeddings"], self.config.dim, meta=meta,
                                   overwrite=overwrite) as writer:
             writer.add(ids, emb)

@@ -1,4 +1,4 @@
-"""The attribute table and sentence templates of :mod:`vlr_plugins.data.synthetic_world`.
+"""The attribute table and sentence templates of :mod:`vlr_plugins.demo.synthetic_world`.
 
 Every attribute value is written with words that belong to it alone (its *surface
 forms*), and no template word is a surface form, so a text can be parsed back into

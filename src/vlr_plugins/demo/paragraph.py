@@ -93,7 +93,7 @@ def run_demo(cfg: DemoConfig | None = None, *, progress: bool = True, verbose: b
 
     from vlr_plugins.data.embedding_store import EmbeddingStore
     from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
-    from vlr_plugins.data.synthetic_world import SyntheticWorld, SyntheticWorldConfig
+    from vlr_plugins.demo.synthetic_world import SyntheticWorld, SyntheticWorldConfig
     from vlr_plugins.eval.evaluate import evaluate_splits
     from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
     from vlr_plugins.eval.truncation import plot_truncation, truncation_sweep

@@ -14,7 +14,8 @@ open_clip = pytest.importorskip("open_clip")
 from _video_world import TINY_CLIP, load_tiny_open_clip, save_tiny_open_clip  # noqa: E402
 
 from vlr_plugins.errors import ConfigError, MissingFileError, ModelLoadError, UsageError  # noqa: E402
-from vlr_plugins.eval.open_clip_text import OpenCLIPTextModel, load_open_clip_text_model  # noqa: E402
+from vlr_plugins.integrations.open_clip.text_model import OpenCLIPTextModel  # noqa: E402
+from vlr_plugins.specs import load_text_model  # noqa: E402
 
 TEXTS = ["a dog runs along the beach", "two people fold towels in a bright room while talking about dinner"]
 
@@ -25,7 +26,7 @@ def tiny(tmp_path_factory):
 
 
 def test_texts_are_encoded_as_open_clip_encodes_them(tiny):
-    text_model = load_open_clip_text_model(f"local-dir:{tiny}")
+    text_model = load_text_model(f"open_clip:local-dir:{tiny}")
     model, tokenizer = load_tiny_open_clip(tiny)
     with torch.no_grad():
         expected = model.encode_text(tokenizer(TEXTS))
@@ -34,7 +35,7 @@ def test_texts_are_encoded_as_open_clip_encodes_them(tiny):
 
 
 def test_a_budget_cuts_the_texts_and_pads_back_to_the_context(tiny):
-    text_model = load_open_clip_text_model(f"local-dir:{tiny}")
+    text_model = load_text_model(f"open_clip:local-dir:{tiny}")
     model, tokenizer = load_tiny_open_clip(tiny)
     tokens = tokenizer(TEXTS, context_length=6)  # start, 4 words, end
     assert tokens[1, 5] == tokenizer.eot_token_id
@@ -57,7 +58,7 @@ def test_a_long_context_name_stretches_a_short_checkpoint_the_long_clip_way(tmp_
     source = open_clip.create_model("vlr-test-tinyclip")
     torch.save(source.state_dict(), tmp_path / "short.pt")
 
-    long = load_open_clip_text_model(f"vlr-test-tinyclip-ctx40:{tmp_path / 'short.pt'}")
+    long = load_text_model(f"open_clip:vlr-test-tinyclip-ctx40:{tmp_path / 'short.pt'}")
     assert long.max_positions == 40 and long.tokenizer.context_length == 40
     table = long.model.positional_embedding.detach()
     assert table.shape[0] == 40 and torch.equal(table[:20], source.positional_embedding.detach()[:20])
@@ -74,7 +75,7 @@ def test_a_pretrained_tag_that_is_not_downloaded_is_one_model_load_error(tmp_pat
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(ModelLoadError) as e:
-        load_open_clip_text_model("ViT-B-32:openai")
+        load_text_model("open_clip:ViT-B-32:openai")
     message = str(e.value)
     assert message.startswith("--model: cannot load 'ViT-B-32:openai'") and "docs/quickstart.md" in message
 
@@ -88,7 +89,7 @@ def test_a_pretrained_tag_that_is_not_downloaded_is_one_model_load_error(tmp_pat
 ])
 def test_what_is_refused_before_a_model_is_built(spec, error, message):
     with pytest.raises(error, match=message):
-        load_open_clip_text_model(spec)
+        load_text_model(f"open_clip:{spec}")
 
 
 def test_a_checkpoint_of_another_architecture_names_both(tmp_path):
@@ -100,7 +101,7 @@ def test_a_checkpoint_of_another_architecture_names_both(tmp_path):
     (tmp_path / "tiny" / "vlr-test-tinyclip2.json").write_text(json.dumps(TINY_CLIP))
     open_clip.add_model_config(tmp_path / "tiny")
     with pytest.raises(ConfigError, match=r"wide.pt does not hold weights of open_clip model vlr-test-tinyclip2"):
-        load_open_clip_text_model(f"vlr-test-tinyclip2:{tmp_path / 'wide.pt'}")
+        load_text_model(f"open_clip:vlr-test-tinyclip2:{tmp_path / 'wide.pt'}")
 
 
 def test_an_open_clip_model_is_a_text_model():

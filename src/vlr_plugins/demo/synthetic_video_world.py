@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vlr_plugins._io import atomic_write_text
-from vlr_plugins.data import _video_world_templates as T
+from vlr_plugins.demo import _video_world_templates as T
 from vlr_plugins.data.mvc_samples import MVCSample, write_mvc_samples
 from vlr_plugins.text.tokenizer import build_wordpiece_tokenizer, words_of
 

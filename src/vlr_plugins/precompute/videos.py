@@ -1,10 +1,10 @@
 """Precompute frozen video embeddings into an EmbeddingStore, resumably.
 
 ``vlr precompute --videos SRC --encoder SPEC --out STORE``: the videos
-(:mod:`~vlr_plugins.data.video_sources`) are decoded in DataLoader workers, ``frames``
+(:mod:`~vlr_plugins.precompute.video_sources`) are decoded in DataLoader workers, ``frames``
 frames each, picked by ``sampler`` (:func:`~vlr_plugins.data.video.frame_indices`), resized
 and centre-cropped to the tower's ``image_size`` and normalised with its ``image_mean`` /
-``image_std``; the tower (:mod:`~vlr_plugins.data.video_encoders`) encodes them in batches
+``image_std``; the tower (:mod:`~vlr_plugins.precompute.video_encoders`) encodes them in batches
 and a :class:`~vlr_plugins.data.ResumableEmbeddingStoreWriter` keeps every finished part,
 so a killed run is finished by a rerun with ``resume=True``. The store's ``meta`` records
 how the rows were made. A video that cannot be decoded is listed, with the decoder's
@@ -26,8 +26,8 @@ from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.errors import DataFormatError, VideoEncoderError, _type_name
 from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, _named, check_resumable_target
 from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
-from vlr_plugins.data.video_encoders import _tower_device, _tower_dim, _tower_geometry
-from vlr_plugins.data.video_sources import VideoItem
+from vlr_plugins.precompute.video_encoders import _tower_device, _tower_dim, tower_geometry
+from vlr_plugins.precompute.video_sources import VideoItem
 
 __all__ = ["VIDEO_SAMPLERS", "failures_path_of", "precompute_video_embeddings", "video_store_meta"]
 
@@ -43,7 +43,7 @@ def video_store_meta(tower: Any, encoder: str, *, frames: int, sampler: str, see
     ``{"encoder": encoder, "media": "video", "frames", "sampler", "seed"`` (``rand`` only,
     else ``None``)``, "backend", "transform": {"size", "resize": "center_crop", "mean", "std"}}``.
     """
-    size, mean, std = _tower_geometry(tower, f"video tower {encoder!r}")
+    size, mean, std = tower_geometry(tower, f"video tower {encoder!r}")
     return {"encoder": encoder, "media": "video", "frames": frames, "sampler": sampler,
             "seed": seed if sampler == "rand" else None, "backend": backend,
             "transform": {"size": size, "resize": "center_crop", "mean": list(mean), "std": list(std)}}
@@ -209,7 +209,7 @@ def precompute_video_embeddings(
     store_meta = {**video_store_meta(encoder, name, frames=frames, sampler=sampler, seed=seed, backend=backend),
                   **(meta or {})}
     name = str(store_meta["encoder"])
-    size, mean, std = _tower_geometry(encoder, f"video tower {name!r}")
+    size, mean, std = tower_geometry(encoder, f"video tower {name!r}")
     dim = _tower_dim(encoder)
     earlier = check_resumable_target(out_dir, resume=resume, overwrite=overwrite, dim=dim, dtype=dtype,
                                      meta=store_meta)

@@ -1,6 +1,6 @@
 """``vlr demo mvc``: multi-view-captions pretraining end to end on a CPU, offline.
 
-A synthetic video world (:mod:`vlr_plugins.data.synthetic_video_world`: tiny clips whose one
+A synthetic video world (:mod:`vlr_plugins.demo.synthetic_video_world`: tiny clips whose one
 object moves and changes, with the paper's O / S / D / D* / P captions) stands in for
 InternVid + MVC's captions; tiny random-init towers stand in for SMILE's ViT and BERT. Two
 shipped recipes run through MMEngine's Runner, unchanged but for the sizes below:
@@ -115,7 +115,7 @@ def run_mvc_demo(cfg: MVCDemoConfig | None = None) -> dict[str, Any]:
     """Run the demo; returns the report dict (also written under ``cfg.out_dir``)."""
     from mmengine.config import Config
 
-    from vlr_plugins.data.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
+    from vlr_plugins.demo.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
     from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings

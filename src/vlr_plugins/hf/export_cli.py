@@ -1,0 +1,65 @@
+"""``vlr export``: a trained checkpoint (or an MLLM folder) -> a Hub-ready transformers folder
+with a model card (docs/hub.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from vlr_plugins.errors import UsageError
+from vlr_plugins.specs import load_checked_text_encoder, load_text_tokenizer, text_encoder_meta
+
+__all__ = ["add_cli", "cmd_export"]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.hf import check_export_target, export_text_encoder
+    from vlr_plugins.hf.card import card_files
+    from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
+
+    if is_model_folder(args.checkpoint):  # an MLLM / LLM folder: the EOL-embedder family (CaRe, E5-V)
+        return run_eol_export(args)
+    for option in ("prompt", "config", "recipe"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option}", "is for an MLLM folder (CaRe, E5-V); CHECKPOINT is a `vlr train` .pth")
+
+    # the output, the checkpoint and the --eval files are checked before the model is loaded
+    check_output_dir(args.out, "OUT", replaced_whole=True)
+    check_export_target(args.out, overwrite=args.overwrite, flag="--overwrite")
+    meta = text_encoder_meta(args.checkpoint)
+    name = args.name or os.path.basename(os.path.normpath(args.out))
+    extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval,
+                       license=args.license)
+    encoder = load_checked_text_encoder(args.checkpoint, "CHECKPOINT")
+    tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.checkpoint)
+    if "README.md" not in extra:
+        print("no recipe recorded with this model: no model card written", file=sys.stderr)
+    out = export_text_encoder(encoder, args.out, tokenizer=tokenizer, recipe=meta.get("vlr_recipe"),
+                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra)
+    print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
+    return 0
+
+
+def add_cli(sub: Any) -> None:
+    """Add ``vlr export`` to the ``vlr`` command's subparsers."""
+    s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
+    s.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, or an MLLM / LLM transformers "
+                        "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md)")
+    s.add_argument("out", metavar="OUT",
+                   help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
+    s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")
+    s.add_argument("--name", help="model name in the card (default: the folder name)")
+    s.add_argument("--repo-id", help="Hub id used in the card's usage example")
+    s.add_argument("--license", help="license id for the card metadata")
+    s.add_argument("--tokenizer", help="default: the encoder's")
+    s.add_argument("--no-remote-code", action="store_true",
+                   help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
+    s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")
+    s.add_argument("--prompt", help="MLLM folder: the EOL prompt family or YAML file (default: care)")
+    s.add_argument("--config", help="MLLM folder: the MMEngine config of the run, for the card's recipe table")
+    s.add_argument("--recipe", help="MLLM folder: the recipe name to record (default: the config's vlr.name)")
+    s.set_defaults(fn=cmd_export)
