@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from vlr_plugins.chat import MalformedAnswer
 from vlr_plugins.eval.capst import parse_elements, parse_judgement
-from vlr_plugins.generate import MalformedAnswer
 
 
 def test_elements_from_the_python_dict_string_the_prompt_asks_for():

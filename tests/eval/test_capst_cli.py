@@ -16,7 +16,7 @@ pytest.importorskip("openai")
 def _fake_openai():
     name = "_fake_openai"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "generate" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

@@ -22,13 +22,13 @@ from vlr_plugins.eval.capst import (
     read_carebench_references,
     run_capst,
 )
-from vlr_plugins.generate import ChatSettings, OpenAIChatClient
+from vlr_plugins.chat import ChatSettings, OpenAIChatClient
 
 
 def _fake_openai():
     name = "_fake_openai"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "generate" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

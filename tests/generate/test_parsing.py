@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vlr_plugins.generate.json_answer import MalformedAnswer
+from vlr_plugins.chat.json_answer import MalformedAnswer
 from vlr_plugins.generate.parsing import parse_list_answer, parse_score_answer, parse_text_answer, strip_thinking
 
 THREE = ["A dog runs on the beach.", "A brown dog plays by the sea.", "A dog on the sand."]

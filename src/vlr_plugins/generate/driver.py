@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
-from vlr_plugins.generate.chat import ChatRequest, ChatResult
+from vlr_plugins.chat.request import ChatRequest, ChatResult
 from vlr_plugins.generate.stage import Stage, StepContext
 
 __all__ = ["run_step"]

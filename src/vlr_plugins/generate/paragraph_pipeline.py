@@ -28,8 +28,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins.chat.media import image_part
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.media import image_part
 from vlr_plugins.generate.parsing import parse_list_answer, parse_score_answer, parse_text_answer
 from vlr_plugins.generate.stage import Stage, StepContext, failure_entry
 

@@ -1,7 +1,7 @@
 """Reading what generation prompts get back from real models: lists, scores, paragraphs,
 captions, and a reasoning model's answer without its thinking.
 
-Every reader raises :class:`~vlr_plugins.generate.json_answer.MalformedAnswer` with a short
+Every reader raises :class:`~vlr_plugins.chat.json_answer.MalformedAnswer` with a short
 problem ("expected 5 items, found 6"), which the chat clients show the model when they ask
 again; after the last re-ask the request is a failure that the pipeline records.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from vlr_plugins.generate.json_answer import MalformedAnswer
+from vlr_plugins.chat.json_answer import MalformedAnswer
 
 __all__ = ["parse_list_answer", "parse_score_answer", "parse_text_answer", "strip_thinking"]
 

@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 
 from vlr_plugins._shipped import shipped_dirs
+from vlr_plugins.chat.factory import check_role
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.backends.factory import check_role
 from vlr_plugins.generate.mvc_pipeline import MVCPipeline
 from vlr_plugins.generate.paragraph_pipeline import ParagraphPipeline
 from vlr_plugins.generate.stage import Stage, StepContext

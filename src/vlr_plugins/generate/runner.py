@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 from vlr_plugins._io import atomic_write_json, atomic_write_text
+from vlr_plugins.chat.cache import ChatCache
+from vlr_plugins.chat.factory import build_backend, missing_key
 from vlr_plugins.errors import ConfigError, MissingFileError, UserError
-from vlr_plugins.generate.backends.factory import build_backend, missing_key
-from vlr_plugins.generate.cache import ChatCache
 from vlr_plugins.generate.corpus import CorpusFolder
 from vlr_plugins.generate.driver import run_step
 from vlr_plugins.generate.pipeline import Pipeline, load_pipeline

@@ -1,8 +1,8 @@
 """A pipeline stage: one role (model) and a step that turns one record into its next form.
 
 A step is a generator function ``step(record, ctx)``: it yields the list of
-:class:`~vlr_plugins.generate.ChatRequest` it needs next, receives their
-:class:`~vlr_plugins.generate.ChatResult` list (same order), and returns the new record.
+:class:`~vlr_plugins.chat.ChatRequest` it needs next, receives their
+:class:`~vlr_plugins.chat.ChatResult` list (same order), and returns the new record.
 It never calls a model itself, so one step runs on every backend: a driver
 (:mod:`vlr_plugins.generate.driver`) gathers the requests of many records into batches
 (vLLM, transformers) or runs records side by side (HTTP).
@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vlr_plugins.generate.chat import ChatRequest, ChatResult
+from vlr_plugins.chat.request import ChatRequest, ChatResult
 from vlr_plugins.generate.templates import PromptSpec
 
 __all__ = ["Stage", "StepContext", "Step", "record_seed", "failure_entry"]

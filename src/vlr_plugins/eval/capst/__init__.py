@@ -1,7 +1,7 @@
 """CapST (CaReBench, Xu et al. 2025, sec. 3.4.2): detailed video captions scored by an LLM
 judge on the events (action) and objects they get right, and CaRe's unified score.
 
-Needs a chat endpoint (:mod:`vlr_plugins.generate`, the ``[generate]`` extra) to run; the
+Needs a chat endpoint (:mod:`vlr_plugins.chat`, the ``[generate]`` extra) to run; the
 scoring, prompts and report need nothing beyond the core.
 """
 

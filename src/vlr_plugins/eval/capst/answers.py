@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vlr_plugins.generate.json_answer import MalformedAnswer, parse_json_answer
+from vlr_plugins.chat.json_answer import MalformedAnswer, parse_json_answer
 
 __all__ = ["NLI_LABELS", "elements_parser", "judgement_parser", "parse_elements", "parse_judgement"]
 
@@ -63,7 +63,7 @@ def parse_judgement(text: str, kind: str, n: int) -> list[str]:
 
 
 def elements_parser(kind: str) -> Callable[[str], list[str]]:
-    """``parse(text)`` for an extraction request (see :class:`~vlr_plugins.generate.ChatRequest`)."""
+    """``parse(text)`` for an extraction request (see :class:`~vlr_plugins.chat.ChatRequest`)."""
     return lambda text: parse_elements(text, kind)
 
 

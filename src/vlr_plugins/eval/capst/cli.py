@@ -13,10 +13,10 @@ __all__ = ["add_cli"]
 
 def _run(args: argparse.Namespace) -> int:
     from vlr_plugins._io import check_output_dir
+    from vlr_plugins.chat.request import ChatSettings
     from vlr_plugins.errors import UsageError
     from vlr_plugins.eval.capst.report import capst_table_markdown
     from vlr_plugins.eval.capst.run import run_capst
-    from vlr_plugins.generate.chat import ChatSettings
 
     if args.benchmark != "carebench":
         raise UsageError("--benchmark", f"CapST scores CaReBench captions; found {args.benchmark!r}")

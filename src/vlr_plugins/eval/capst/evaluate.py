@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vlr_plugins.chat.request import ChatRequest
 from vlr_plugins.errors import UserError
 from vlr_plugins.eval.capst.answers import elements_parser, judgement_parser
 from vlr_plugins.eval.capst.inputs import CapstReference
 from vlr_plugins.eval.capst.prompts import ELEMENT_KINDS, extraction_messages, judgement_messages
 from vlr_plugins.eval.capst.scoring import SCORE_KINDS, capst_table, entailed_share
-from vlr_plugins.generate.chat import ChatRequest
 
 if TYPE_CHECKING:
-    from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
+    from vlr_plugins.chat.openai_chat import OpenAIChatClient
 
 __all__ = ["capst_requests_per_video", "evaluate_capst"]
 
@@ -66,7 +66,7 @@ def evaluate_capst(captions: Mapping[str, str], references: Sequence[CapstRefere
 
     captions: ``{video id: caption}`` (:func:`~vlr_plugins.eval.capst.read_captions_jsonl`);
     references: :func:`~vlr_plugins.eval.capst.read_carebench_references`; client: an
-    :class:`~vlr_plugins.generate.OpenAIChatClient` (its cache makes a rerun free).
+    :class:`~vlr_plugins.chat.OpenAIChatClient` (its cache makes a rerun free).
 
     Per video, for events (action scores) and objects (object scores): the elements of
     the predicted caption and of the reference (listed in the annotation file, or

@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins.chat.openai_chat import OpenAIChatClient
+from vlr_plugins.chat.request import ChatSettings
 from vlr_plugins.errors import MissingFileError
 from vlr_plugins.eval.capst.evaluate import evaluate_capst
 from vlr_plugins.eval.capst.inputs import read_captions_jsonl, read_carebench_references
 from vlr_plugins.eval.capst.report import write_capst_report
 from vlr_plugins.eval.capst.unified import _retrieval_metrics, unified_score
-from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
-from vlr_plugins.generate.chat import ChatSettings
 
 __all__ = ["run_capst"]
 

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vlr_plugins.generate.cache import ChatCache, cache_key
-from vlr_plugins.generate.chat import ChatRequest, ChatResult
-from vlr_plugins.generate.json_answer import reask_messages
-from vlr_plugins.generate.summary import RunSummary
+from vlr_plugins.chat.cache import ChatCache, cache_key
+from vlr_plugins.chat.json_answer import reask_messages
+from vlr_plugins.chat.request import ChatRequest, ChatResult
+from vlr_plugins.chat.summary import RunSummary
 
 __all__ = ["BatchedChatBackend"]
 
@@ -25,7 +25,7 @@ class BatchedChatBackend:
     its request's ``parse`` refuses is asked again in the next round, naming the problem,
     up to ``reasks`` times, then it is a failed :class:`ChatResult` (never a silent value).
     A request whose inputs cannot be prepared (a missing image) fails alone. Results come
-    back in input order, as from :class:`~vlr_plugins.generate.OpenAIChatClient`, so the
+    back in input order, as from :class:`~vlr_plugins.chat.OpenAIChatClient`, so the
     pipelines drive every backend alike.
 
     ``model_name`` keys the cache (with the messages and the sampling), so answers are

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from vlr_plugins.chat import ChatCache, cache_key
 from vlr_plugins.errors import UserError
-from vlr_plugins.generate import ChatCache, cache_key
 
 MESSAGES = [{"role": "user", "content": "Extract the events."}]
 

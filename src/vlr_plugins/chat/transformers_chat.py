@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
+from vlr_plugins.chat.batched import BatchedChatBackend
+from vlr_plugins.chat.cache import ChatCache
+from vlr_plugins.chat.media import media_of, template_messages
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.backends.batched import BatchedChatBackend
-from vlr_plugins.generate.cache import ChatCache
-from vlr_plugins.generate.media import media_of, template_messages
 from vlr_plugins.mllm.embedder import chat_renderer
 from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
 

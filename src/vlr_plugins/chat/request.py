@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from vlr_plugins.chat.retry import RetryPolicy
 from vlr_plugins.errors import ConfigError, UserError
-from vlr_plugins.generate.retry import RetryPolicy
 
 __all__ = ["ChatRequest", "ChatResult", "ChatSettings", "EndpointError"]
 
@@ -104,12 +104,12 @@ class ChatSettings:
 @dataclass(frozen=True)
 class ChatRequest:
     """One request: the chat ``messages`` and, for an answer that must have a format,
-    ``parse(text) -> value``, which raises :class:`~vlr_plugins.generate.json_answer.MalformedAnswer`
+    ``parse(text) -> value``, which raises :class:`~vlr_plugins.chat.json_answer.MalformedAnswer`
     (a ``ValueError``) when the answer is malformed, so that it is asked again.
 
     ``sampling`` (optional) is laid over the client's ``settings.sampling`` for this request
     alone (``{"max_tokens": 160, "seed": 12345}``); it is part of the cache key. A message's
-    content may hold media parts (:mod:`vlr_plugins.generate.media`), which each backend
+    content may hold media parts (:mod:`vlr_plugins.chat.media`), which each backend
     turns into what its model takes.
     """
 

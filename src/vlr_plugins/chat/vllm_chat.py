@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vlr_plugins.chat.batched import BatchedChatBackend
+from vlr_plugins.chat.cache import ChatCache
+from vlr_plugins.chat.media import VIDEO_TRANSPORTS, to_openai_messages
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.backends.batched import BatchedChatBackend
-from vlr_plugins.generate.cache import ChatCache
-from vlr_plugins.generate.media import VIDEO_TRANSPORTS, to_openai_messages
 
 __all__ = ["VLLMChatBackend", "vllm_sampling"]
 
@@ -39,7 +39,7 @@ class VLLMChatBackend(BatchedChatBackend):
     (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, ``dtype``,
     ``limit_mm_per_prompt`` such as ``{"image": 16}`` for 16 video frames sent as images,
     ``max_num_seqs``, ``enforce_eager``, ``trust_remote_code``); or an ``llm=`` already
-    built. Messages go in the OpenAI format (:func:`~vlr_plugins.generate.media.to_openai_messages`),
+    built. Messages go in the OpenAI format (:func:`~vlr_plugins.chat.media.to_openai_messages`),
     each request with its own ``SamplingParams`` (its seed included, so an answer does not
     depend on which requests share its batch). ``chat_template_kwargs`` go to the chat
     template (``{"enable_thinking": true}`` for Qwen3 hybrids).

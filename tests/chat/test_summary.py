@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from vlr_plugins.generate import RunSummary
+from vlr_plugins.chat import RunSummary
 
 
 def test_counts_from_many_threads_add_up():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlr_plugins.generate import MalformedAnswer, parse_json_answer, reask_messages
-from vlr_plugins.generate.json_answer import REASK_PROMPT
+from vlr_plugins.chat import MalformedAnswer, parse_json_answer, reask_messages
+from vlr_plugins.chat.json_answer import REASK_PROMPT
 
 
 @pytest.mark.parametrize("text", ['{"events": ["a", "b"]}', '  {"events": ["a", "b"]}\n',

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from vlr_plugins.chat import ChatSettings, RetryPolicy
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate import ChatSettings, RetryPolicy
 
 
 def test_defaults():

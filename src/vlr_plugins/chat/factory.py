@@ -1,4 +1,4 @@
-"""A pipeline role's backend from its mapping: ``{backend: openai | transformers | vllm, model, ...}``."""
+"""A chat backend from its mapping (a pipeline's role): ``{backend: openai | transformers | vllm, model, ...}``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, Protocol
 
+from vlr_plugins.chat.cache import ChatCache
+from vlr_plugins.chat.request import ChatRequest, ChatResult, ChatSettings
+from vlr_plugins.chat.summary import RunSummary
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.cache import ChatCache
-from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings
-from vlr_plugins.generate.summary import RunSummary
 
 __all__ = ["BACKEND_TYPES", "ChatBackend", "build_backend", "check_role", "missing_key"]
 
@@ -95,14 +95,14 @@ def build_backend(raw: Mapping[str, Any], *, cache: ChatCache | None = None, whe
     spec = check_role(raw, where)
     kind = spec.pop("backend")
     if kind == "openai":
-        from vlr_plugins.generate.backends.openai_chat import OpenAIChatClient
+        from vlr_plugins.chat.openai_chat import OpenAIChatClient
 
         transport = spec.pop("video_transport", "frames")
         return OpenAIChatClient(ChatSettings(**spec), cache=cache, progress=False, video_transport=transport)
     if kind == "transformers":
-        from vlr_plugins.generate.backends.transformers_chat import TransformersChatBackend
+        from vlr_plugins.chat.transformers_chat import TransformersChatBackend
 
         return TransformersChatBackend(spec.pop("model"), cache=cache, **spec)
-    from vlr_plugins.generate.backends.vllm_chat import VLLMChatBackend
+    from vlr_plugins.chat.vllm_chat import VLLMChatBackend
 
     return VLLMChatBackend(spec.pop("model"), cache=cache, **spec)

@@ -13,13 +13,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlr_plugins.chat.cache import ChatCache, cache_key
+from vlr_plugins.chat.json_answer import reask_messages
+from vlr_plugins.chat.media import VIDEO_TRANSPORTS, media_of, to_openai_messages
+from vlr_plugins.chat.request import ChatRequest, ChatResult, ChatSettings, EndpointError
+from vlr_plugins.chat.retry import retry_after_seconds, retryable_status
+from vlr_plugins.chat.summary import RunSummary
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.cache import ChatCache, cache_key
-from vlr_plugins.generate.chat import ChatRequest, ChatResult, ChatSettings, EndpointError
-from vlr_plugins.generate.json_answer import reask_messages
-from vlr_plugins.generate.media import VIDEO_TRANSPORTS, media_of, to_openai_messages
-from vlr_plugins.generate.retry import retry_after_seconds, retryable_status
-from vlr_plugins.generate.summary import RunSummary
 
 __all__ = ["OpenAIChatClient"]
 
@@ -48,7 +48,7 @@ def _import_openai():
 class OpenAIChatClient:
     """Ask an OpenAI-compatible chat endpoint many things at once, and keep every answer.
 
-    Expects :class:`~vlr_plugins.generate.ChatSettings` (URL, model, concurrency, retries,
+    Expects :class:`~vlr_plugins.chat.ChatSettings` (URL, model, concurrency, retries,
     sampling) and reads the API key from ``api_key`` or the environment variable
     ``settings.api_key_env``. The key is never logged, printed, stored in the cache, or part
     of an error message (text an endpoint echoes back is scrubbed of it).
@@ -62,16 +62,16 @@ class OpenAIChatClient:
       keyed by (model, messages, sampling params): a rerun makes no call it already made;
     - a request with ``parse`` whose answer does not parse is asked again, naming the
       problem, up to ``settings.reasks`` times; then it is a failed result, counted in
-      :attr:`summary` (:class:`~vlr_plugins.generate.RunSummary`), never a silent value;
+      :attr:`summary` (:class:`~vlr_plugins.chat.RunSummary`), never a silent value;
     - a request's own ``sampling`` is laid over ``settings.sampling`` (a per-record seed,
-      a prompt's ``max_tokens``); media parts (:mod:`vlr_plugins.generate.media`) are sent
+      a prompt's ``max_tokens``); media parts (:mod:`vlr_plugins.chat.media`) are sent
       as data URLs, videos as frames or as a ``file://`` URL (``video_transport``), and
       the cache key holds the file's path, not its pixels;
     - at most ``settings.concurrency`` calls are in flight at once, however many threads
       call :meth:`complete` / :meth:`complete_many` (the pipelines run records side by side).
 
     The same settings drive other backends later (batch generation); results and summary
-    are the backend-independent types of :mod:`vlr_plugins.generate.chat`.
+    are the backend-independent types of :mod:`vlr_plugins.chat.request`.
 
     Example::
 

@@ -8,7 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from vlr_plugins.generate import RetryPolicy, retry_after_seconds, retryable_status
+from vlr_plugins.chat import RetryPolicy, retry_after_seconds, retryable_status
 
 
 def test_backoff_doubles_with_jitter_and_is_capped():

@@ -20,7 +20,7 @@ pytest.importorskip("openai")
 from _fake_openai import FakeOpenAI, answer, drop, error, in_order
 
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate import (
+from vlr_plugins.chat import (
     ChatCache,
     ChatRequest,
     ChatSettings,
@@ -28,7 +28,7 @@ from vlr_plugins.generate import (
     OpenAIChatClient,
     parse_json_answer,
 )
-from vlr_plugins.generate.json_answer import REASK_PROMPT
+from vlr_plugins.chat.json_answer import REASK_PROMPT
 
 KEY = "sk-test-0123456789abcdef-secret"
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
@@ -225,7 +225,7 @@ def test_failures_are_not_cached(tmp_path):
 
 _KILLED_RUN = textwrap.dedent("""
     import sys
-    from vlr_plugins.generate import ChatSettings, OpenAIChatClient
+    from vlr_plugins.chat import ChatSettings, OpenAIChatClient
     url, cache = sys.argv[1], sys.argv[2]
     settings = ChatSettings(model="judge-1", base_url=url, concurrency=1, timeout=60)
     with OpenAIChatClient(settings, api_key="k" * 8, cache=cache, progress=False) as client:

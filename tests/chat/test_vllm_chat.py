@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from vlr_plugins.chat.request import ChatRequest
+from vlr_plugins.chat.vllm_chat import VLLMChatBackend, vllm_sampling
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.generate.backends.vllm_chat import VLLMChatBackend, vllm_sampling
-from vlr_plugins.generate.chat import ChatRequest
 
 
 def test_sampling_keeps_what_vllm_takes():

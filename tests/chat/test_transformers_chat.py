@@ -17,12 +17,13 @@ pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 from _tiny_mllm import save_model_folder, tiny_qwen2vl, write_clip  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
 from _scripted_models import write_images  # noqa: E402
 
+from vlr_plugins.chat.cache import ChatCache  # noqa: E402
+from vlr_plugins.chat.request import ChatRequest  # noqa: E402
+from vlr_plugins.chat.transformers_chat import TransformersChatBackend  # noqa: E402
 from vlr_plugins.errors import ConfigError  # noqa: E402
-from vlr_plugins.generate.backends.transformers_chat import TransformersChatBackend  # noqa: E402
-from vlr_plugins.generate.cache import ChatCache  # noqa: E402
-from vlr_plugins.generate.chat import ChatRequest  # noqa: E402
 from vlr_plugins.generate.parsing import parse_score_answer  # noqa: E402
 from vlr_plugins.generate.pipeline import load_pipeline  # noqa: E402
 from vlr_plugins.generate.runner import generate_corpus  # noqa: E402
