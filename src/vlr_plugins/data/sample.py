@@ -304,7 +304,7 @@ def read_paragraph_samples(
     positives, five hard negatives, one judge-scored paragraph).
 
     Relations: :func:`write_paragraph_samples` writes the JSON Lines form; the ids
-    index the store written by :func:`~vlr_plugins.data.precompute_image_embeddings`;
+    index the store written by :func:`~vlr_plugins.precompute.precompute_image_embeddings`;
     :func:`sample_from_record` applies the same rules to one mapping.
 
     Example::

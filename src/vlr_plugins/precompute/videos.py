@@ -165,9 +165,9 @@ def precompute_video_embeddings(
 
     Args:
         encoder: a :class:`~vlr_plugins.vision.VideoTower`, e.g. from
-            :func:`~vlr_plugins.data.load_video_encoder`.
-        videos: :class:`~vlr_plugins.data.VideoItem` (or ``(id, path)`` pairs), e.g. from
-            :func:`~vlr_plugins.data.list_videos`.
+            :func:`~vlr_plugins.specs.load_video_encoder`.
+        videos: :class:`~vlr_plugins.precompute.VideoItem` (or ``(id, path)`` pairs), e.g. from
+            :func:`~vlr_plugins.precompute.list_videos`.
         out_dir: the store to write.
         frames, sampler, seed, backend: how frames are picked and decoded (:data:`VIDEO_SAMPLERS`,
             :data:`~vlr_plugins.data.video.VIDEO_BACKENDS`).

@@ -48,7 +48,7 @@ def read_coco_captions(
     The paper uses the whole of train2017: 118,287 images, ~592K captions (most images
     have 5, some 6-7; all are kept). Items follow the order of ``images``; each item's
     captions follow the order of ``annotations``. Item ids are file names without
-    extension (``"000000000139"``, as :func:`~vlr_plugins.data.list_images` names them),
+    extension (``"000000000139"``, as :func:`~vlr_plugins.precompute.list_images` names them),
     ``media`` the file name relative to ``media_root`` (``coco/train2017/``). Captions
     are kept as published (some end in spaces or a newline).
 

@@ -60,7 +60,7 @@ class WeightsOnlyCheckpointHook(Hook):
     """Make MMEngine checkpoints loadable by ``torch.load(weights_only=True)`` and resumable.
 
     Also records the text encoder's architecture (``meta['vlr_text_encoder']``) so the
-    checkpoint alone rebuilds it (``vlr_plugins.text.load_text_encoder``), the video
+    checkpoint alone rebuilds it (``vlr_plugins.specs.load_text_encoder``), the video
     tower's when the model trains one (``meta['vlr_video_encoder']``, read by ``vlr
     precompute --encoder vlr:CHECKPOINT``), and for model
     cards the recipe (``meta['vlr_recipe']``) and the configuration of the loss as it is
