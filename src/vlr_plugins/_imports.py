@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["current_folder_importable"]
+__all__ = ["current_folder_importable", "import_attr"]
 
 
 @contextlib.contextmanager
@@ -24,3 +26,23 @@ def current_folder_importable() -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(here)
+
+
+def import_attr(module_name: str, attr: str, refuse: Callable[[str, type[Exception]], Exception]) -> Any:
+    """``attr`` (may be dotted) of ``module_name``, imported with the current folder first.
+
+    What cannot be had is raised as ``refuse(problem, kind)``: ``kind`` is ``ImportError``
+    for a module that cannot be imported, ``AttributeError`` for a missing attribute, and
+    ``problem`` says which, e.g. ``"my_encoders has no 'clip'"``.
+    """
+    try:
+        with current_folder_importable():
+            obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise refuse(f"cannot import {module_name!r}: {e} (searched the current folder {os.getcwd()} and the "
+                     "installed packages)", ImportError) from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise refuse(f"{module_name} has no {attr!r}", AttributeError) from None
+        obj = getattr(obj, part)
+    return obj

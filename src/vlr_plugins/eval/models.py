@@ -29,9 +29,7 @@ through :class:`~vlr_plugins.integrations.open_clip.text_model.OpenCLIPTextModel
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -162,18 +160,9 @@ def imported_text_model(module_name: str, attr: str, *, spec: str, setting: str)
     object with ``encode_text``, or a class or function that returns one when called without
     arguments (``--model module:callable``; :func:`vlr_plugins.specs.load_text_model` reads
     the spec). An ``nn.Module`` is put in eval mode, not moved."""
-    from vlr_plugins._imports import current_folder_importable
+    from vlr_plugins._imports import import_attr
 
-    try:
-        with current_folder_importable():
-            obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UsageError(setting, f"{spec!r}: cannot import {module_name!r}: {e} (searched the current folder "
-                                  f"{os.getcwd()} and the installed packages)") from e
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(setting, f"{spec!r}: {module_name} has no {attr!r}")
-        obj = getattr(obj, part)
+    obj = import_attr(module_name, attr, lambda problem, _: UsageError(setting, f"{spec!r}: {problem}"))
     if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "encode_text")):
         obj = obj()
     if not callable(getattr(obj, "encode_text", None)):

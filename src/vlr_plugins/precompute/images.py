@@ -22,11 +22,10 @@ What ``vlr precompute --images SRC --encoder SPEC --out STORE`` expects:
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -36,8 +35,8 @@ import torch
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
 from vlr_plugins.data._text_files import utf8_lines
 from vlr_plugins.data.errors import DataFormatError, _type_name, image_encoder_error
-from vlr_plugins._imports import current_folder_importable
-from vlr_plugins.errors import MissingFileError, loading_pretrained
+from vlr_plugins._imports import import_attr
+from vlr_plugins.errors import MissingFileError
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -233,18 +232,7 @@ def imported_image_encoder(module_name: str, attr: str, what: str, kwargs: dict[
     (a function, an instance) is returned as is and must be callable, mapping a list of RGB
     PIL images to an (n, D) tensor. ``what`` (option and spec) starts every message
     (:func:`vlr_plugins.specs.load_image_encoder` reads the spec)."""
-    try:
-        with current_folder_importable():
-            obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise image_encoder_error(
-            f"{what}: cannot import {module_name!r}: {e} (searched the current folder {os.getcwd()} "
-            "and the installed packages)", ImportError) from e
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise image_encoder_error(f"{what}: {module_name} has no {attr!r}", AttributeError) from None
+    obj = import_attr(module_name, attr, lambda problem, kind: image_encoder_error(f"{what}: {problem}", kind))
     if inspect.isclass(obj):
         obj = obj(**kwargs)
     elif kwargs:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vlr_plugins._imports import current_folder_importable
+from vlr_plugins._imports import import_attr
 from vlr_plugins.data._text_files import read_utf8
 from vlr_plugins.data.errors import VideoEncoderError, _type_name
 from vlr_plugins.errors import MissingFileError, loading_pretrained
@@ -158,19 +158,7 @@ def trained_tower(checkpoint: str, what: str) -> Any:
 def imported_tower(module_name: str, attr: str, what: str) -> Any:
     """``attr`` of ``module_name`` (the current folder first): a tower, or a class or function called
     without arguments that returns one."""
-    import importlib
-
-    try:
-        with current_folder_importable():
-            obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise tower_error(what, f"cannot import {module_name!r}: {e} (searched the current folder {os.getcwd()} "
-                                 "and the installed packages)") from e
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise tower_error(what, f"{module_name} has no {attr!r}") from None
+    obj = import_attr(module_name, attr, lambda problem, _: tower_error(what, problem))
     if inspect.isclass(obj) or (callable(obj) and not hasattr(obj, "encode_video")):
         try:
             inspect.signature(obj).bind()
