@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny_mllm import clip, save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.errors import ConfigError  # noqa: E402
-from vlr_plugins.mllm import EOLEmbedder, load_mllm_spec  # noqa: E402
+from vlr_plugins.mllm import EOLEmbedder  # noqa: E402
+from vlr_plugins.specs import load_mllm_spec  # noqa: E402
 from vlr_plugins.mllm.model_dtype import (  # noqa: E402
     MODEL_DTYPES,
     add_model_dtype_option,
