@@ -45,7 +45,15 @@ def test_replacing_a_different_object_is_refused():
 
 
 def test_unknown_names_list_what_exists():
-    with pytest.raises(KeyError, match="known: .*InfoNCELoss"):
+    with pytest.raises(KeyError, match="no loss named .NoSuchLoss.; known: .*InfoNCELoss"):
         LOSSES.get("NoSuchLoss")
     with pytest.raises(KeyError, match="needs a 'type' key"):
         LOSSES.build({"temperature": 0.1})
+
+
+@pytest.mark.parametrize("kind, entry", [("losses", "loss"), ("models", "model"), ("readers", "reader"),
+                                         ("metrics", "metric"), ("things", "thing"), ("data", "data")])
+def test_an_unknown_name_is_refused_naming_one_entry_of_the_kind(kind, entry):
+    with pytest.raises(KeyError, match=f"^\"no {entry} named 'Nope'; known: none\"$"):
+        Registry(kind).get("Nope")
+

@@ -28,6 +28,13 @@ class Entry:
     module: str
 
 
+def _singular(kind: str) -> str:
+    """One entry of a registry ``kind``: losses -> loss, models -> model, metrics -> metric."""
+    if kind.endswith(("sses", "shes", "ches", "xes")):
+        return kind[:-2]
+    return kind[:-1] if kind.endswith("s") else kind
+
+
 def _first_doc_line(obj: Any) -> str:
     """The docstring's first paragraph on one line (a summary may wrap)."""
     doc = (inspect.getdoc(obj) or "").strip()
@@ -88,8 +95,7 @@ class Registry:
             return self._entries[name].obj
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "none"
-            raise KeyError(f"no {self.kind[:-1] if self.kind.endswith('s') else self.kind} "
-                           f"named {name!r}; known: {known}") from None
+            raise KeyError(f"no {_singular(self.kind)} named {name!r}; known: {known}") from None
 
     def build(self, cfg: dict[str, Any]) -> Any:
         """Build ``cfg['type'](**rest)``; ``cfg`` is not modified."""

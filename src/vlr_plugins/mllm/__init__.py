@@ -9,6 +9,12 @@
 * :func:`last_token_pool` -- the pooling itself.
 * :class:`EOLTripletsDataset`, :func:`collate_eol_triplets` -- stage-II training data: NLI
   triplets as EOL prompts, batched in one left-padded block.
+* :class:`FineGrainedAlignment` (stage I: caption SFT, :func:`answer_token_loss`) and
+  :class:`RetrievalAdaptation` (stage II / E5-V: EOL contrastive training) -- CaRe's two
+  training stages as plain modules (MMEngine's ``CaptionSFTModel`` / ``EOLContrastiveModel``
+  are these); what of the MLLM trains (:data:`FINETUNE_MODES`, :func:`vision_modules`,
+  :func:`add_lora`, :data:`LORA_DEFAULTS`, :func:`enable_gradient_checkpointing`):
+  :mod:`vlr_plugins.mllm.finetune`.
 * :func:`logit_lens`, :func:`plot_lens` -- the top tokens of an embedding through the LM head
   (``vlr lens``, CaReBench Figure 5).
 * :class:`VLLMEmbedder`, :class:`VLLMVideoCaptioner`, :func:`require_vllm` -- the same
@@ -37,7 +43,17 @@ from vlr_plugins.mllm.caption_settings import (
 )
 from vlr_plugins.mllm.captioner import VideoCaptioner
 from vlr_plugins.mllm.captions_file import CaptionsFile
+from vlr_plugins.mllm.care_stage1 import FineGrainedAlignment, answer_token_loss
+from vlr_plugins.mllm.care_stage2 import RetrievalAdaptation
 from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
+from vlr_plugins.mllm.finetune import (
+    FINETUNE_MODES,
+    LORA_DEFAULTS,
+    VISION_MODULES,
+    add_lora,
+    enable_gradient_checkpointing,
+    vision_modules,
+)
 from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
 from vlr_plugins.mllm.loading import load_eol_embedder
 from vlr_plugins.mllm.model_dtype import MODEL_DTYPES
@@ -63,6 +79,15 @@ __all__ = [
     "truncate_sentences",
     "EOLTripletsDataset",
     "collate_eol_triplets",
+    "FineGrainedAlignment",
+    "answer_token_loss",
+    "RetrievalAdaptation",
+    "FINETUNE_MODES",
+    "LORA_DEFAULTS",
+    "VISION_MODULES",
+    "add_lora",
+    "enable_gradient_checkpointing",
+    "vision_modules",
     "load_eol_embedder",
     "load_mllm_embedder",
     "EOLImageEncoder",

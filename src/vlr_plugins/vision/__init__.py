@@ -4,7 +4,8 @@ Every video tower follows :class:`VideoTower` (``encode_video``, ``encode_image`
 normalisation attributes). :class:`FramePooledVideoEncoder` runs any image tower (open_clip,
 timm, transformers CLIP/BLIP) per frame and mean-pools; :class:`SpaceTimeViT` is a
 VideoMAE / UMT-layout video ViT with joint space-time attention, loadable from VideoMAE,
-UMT and SMILE checkpoints (:func:`load_video_checkpoint`).
+UMT and SMILE checkpoints (:func:`load_video_checkpoint`); :func:`load_stage_one` starts a
+Stage II tower from Stage I weights (MVC / UMT pretraining), its new heads fresh.
 
 ``import vlr_plugins.vision`` needs only torch: open_clip, timm and transformers are
 imported when a tower is built.
@@ -25,6 +26,7 @@ from vlr_plugins.vision.image_tower import (
 from vlr_plugins.vision.positions import resample_spatial, resample_temporal, sincos_table, sincos_video_table
 from vlr_plugins.vision.protocol import VideoTower
 from vlr_plugins.vision.space_time_vit import SpaceTimeOutput, SpaceTimeViT
+from vlr_plugins.vision.stage_one import STAGE_TWO_HEADS, load_stage_one
 from vlr_plugins.vision.token_drop import gather_tokens, keep_index
 from vlr_plugins.vision.video_checkpoints import (
     CHECKPOINT_LAYOUTS,
@@ -47,12 +49,14 @@ __all__ = [
     "ImageTower",
     "LoadedCheckpoint",
     "SpaceTimeOutput",
+    "STAGE_TWO_HEADS",
     "SpaceTimeViT",
     "VideoTower",
     "build_image_tower",
     "detect_layout",
     "gather_tokens",
     "keep_index",
+    "load_stage_one",
     "load_video_checkpoint",
     "read_state_dict",
     "resample_spatial",

@@ -1,6 +1,7 @@
-"""CaRe stage I through MMEngine on a tiny random Qwen2-VL and test-made videos: the loss is the
-cross-entropy of the caption's tokens, the LLM trains, the vision tower stays bit-identical,
-and `vlr train care/stage1` writes a folder that stage II starts from."""
+"""CaRe stage I through MMEngine on a tiny random Qwen2-VL and test-made videos: the model is the
+core module (tests/mllm/test_care_stage1.py) with MMEngine's data preprocessor, the LLM trains,
+the vision tower stays bit-identical, and `vlr train care/stage1` writes a folder that stage II
+starts from."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
@@ -81,25 +81,19 @@ def snapshot(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_the_loss_is_the_cross_entropy_of_the_caption_tokens(tiny_folder, captions):
+def test_the_mmengine_model_is_the_core_module_with_a_data_preprocessor(tiny_folder):
+    """Core stage I (tests/mllm/test_care_stage1.py) behind MMEngine's BaseModel: the same
+    module tree, so checkpoint keys are the transformers model's under ``model.``."""
+    from mmengine.model import BaseDataPreprocessor, BaseModel
+
+    from vlr_plugins.mllm import FineGrainedAlignment
+
     model = CaptionSFTModel(tiny_folder)
-    data = VideoCaptionSFTDataset(captions, tiny_folder, num_frames=2, max_pixels=3136)
-    batch = collate_caption_sft([data[0], data[1]])
-    model.eval()
-    with torch.no_grad():
-        loss = model(**batch, mode="loss")["loss"]
-        logits = model.model(**batch).logits  # the transformers model called directly
-    # reference: every position t whose next token t + 1 is a caption (or end-of-turn) token
-    terms = []
-    for b in range(2):
-        for t in range(batch["input_ids"].shape[1] - 1):
-            if batch["labels"][b, t + 1] != -100:
-                terms.append(-F.log_softmax(logits[b, t].double(), dim=-1)[batch["input_ids"][b, t + 1]])
-    caption_tokens = [len(data.processor.tokenizer(c + "<|im_end|>")["input_ids"]) for c in CAPTIONS[:2]]
-    assert len(terms) == sum(caption_tokens)
-    torch.testing.assert_close(loss.double(), torch.stack(terms).mean(), atol=1e-5, rtol=1e-5)
-    with torch.no_grad():
-        torch.testing.assert_close(model(**batch, mode="tensor"), logits)
+    assert isinstance(model, FineGrainedAlignment) and isinstance(model, BaseModel)
+    assert isinstance(model.data_preprocessor, BaseDataPreprocessor)
+    assert set(model.state_dict()) == {f"model.{k}" for k in model.model.state_dict()}
+    with pytest.raises(ValueError, match="^CaptionSFTModel: mode='loss' needs labels"):
+        model(torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
 
 
 def test_stage1_steps_change_the_llm_and_leave_the_vision_tower_bit_identical(tiny_folder, captions, tmp_path):

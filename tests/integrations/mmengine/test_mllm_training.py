@@ -1,6 +1,6 @@
 """CaRe stage II through MMEngine's Runner on a tiny random Qwen2-VL: the LLM trains, the
-vision tower stays bit-identical, LoRA merges exactly, and training embeddings are the
-embedder's own."""
+vision tower stays bit-identical, LoRA merges exactly, and the model is the core module
+(tests/mllm/test_care_stage2.py) with MMEngine's data preprocessor."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
@@ -110,21 +109,22 @@ def test_lora_trains_adapters_only_and_merges_to_the_same_embeddings(tiny_folder
     torch.testing.assert_close(model.embedder.encode_text(texts), with_adapters, atol=1e-5, rtol=0)
 
 
-def test_training_batches_embed_exactly_as_the_embedder_does(tiny_folder, nli_csv):
-    embedder = EOLEmbedder(tiny_folder, prompt="care", max_text_tokens=32)
-    data = EOLTripletsDataset(nli_csv, tiny_folder, prompt="care", max_text_tokens=32)
-    items = [data[i] for i in range(3)]
-    batch = collate_eol_triplets(items)
-    assert batch["input_ids"].shape[0] == 9 and batch["num_anchors"] == 3
+def test_the_mmengine_model_is_the_core_module_with_a_data_preprocessor(tiny_folder):
+    """Core stage II (tests/mllm/test_care_stage2.py) behind MMEngine's BaseModel: the same
+    module tree, so checkpoint keys are the core module's and stay those of earlier runs."""
+    from mmengine.model import BaseDataPreprocessor, BaseModel
+
+    from vlr_plugins.mllm import RetrievalAdaptation
+
+    embedder = EOLEmbedder(tiny_folder)
     model = EOLContrastiveModel(embedder=embedder)
-    model.eval()
-    with torch.no_grad():
-        emb = F.normalize(model(**batch, mode="tensor").float(), dim=-1)
-    sentences = [s for j in range(3) for s in (data.triplets[i][j] for i in range(3))]
-    torch.testing.assert_close(emb, embedder.encode_text(sentences), atol=1e-5, rtol=0)
-    # the rows are the embedder's own prompts, tokenized
-    ids = embedder.inputs("text", [data.triplets[0].sent0])["input_ids"][0].tolist()
-    assert items[0]["ids"][0] == ids
+    assert isinstance(model, RetrievalAdaptation) and isinstance(model, BaseModel)
+    assert isinstance(model.data_preprocessor, BaseDataPreprocessor)
+    assert set(model.state_dict()) == ({f"embedder.{k}" for k in embedder.state_dict()}
+                                       | {f"loss_fn.{k}" for k in model.loss_fn.state_dict()})
+    with pytest.raises(ValueError, match=r"^EOLContrastiveModel: finetune must be one of \('full', 'lora'\), "
+                                         r"found 'qlora'$"):
+        EOLContrastiveModel(embedder=embedder, finetune="qlora")
 
 
 def test_the_released_prompt_is_stripped_and_pairs_need_no_negatives(tiny_folder, nli_csv, tmp_path):

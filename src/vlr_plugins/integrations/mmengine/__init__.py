@@ -1,25 +1,17 @@
 """MMEngine integration: registries of the ``vlr_plugins`` scope, filled from the core.
 
-Importing this module registers the models (text-only retrieval, MVC video-text
-pretraining, CaRe's MLLM), datasets, collate functions, metric and checkpoint hook; configs
-reach it with ``custom_imports`` and ``default_scope='vlr_plugins'``.
+The models (text-only retrieval, MVC video-text pretraining, CaRe's MLLM stages), datasets,
+collate functions, metric and hooks register themselves when their module is imported, and
+each registry lists its modules as ``locations=`` (:mod:`.registry`): configs reach them
+with ``custom_imports=dict(imports=['vlr_plugins.integrations.mmengine'])`` and
+``default_scope='vlr_plugins'``, and MMEngine imports a registry's modules on its first
+lookup. Importing this package therefore loads only the registries; the names below are
+imported on first use.
 """
 
-from vlr_plugins.integrations.mmengine import dataset, hooks, metric, model  # noqa: F401
-from vlr_plugins.integrations.mmengine import mllm_model, nli_dataset  # noqa: F401  (CaRe / E5-V stage II)
-from vlr_plugins.integrations.mmengine import caption_sft_dataset, mllm_sft_model, pretrained_export  # noqa: F401  (CaRe stage I)
-from vlr_plugins.integrations.mmengine import mvc_dataset, mvc_model  # noqa: F401  (MVC video-text pretraining)
-from vlr_plugins.integrations.mmengine.config import recipe_to_mmengine_config
-from vlr_plugins.integrations.mmengine.dataset import (
-    ParagraphTextViewsDataset,
-    RetrievalEvalDataset,
-    vlr_text_views_collate,
-)
-from vlr_plugins.integrations.mmengine.metric import RetrievalRecallMetric
-from vlr_plugins.integrations.mmengine.model import TextOnlyRetrievalModel
-from vlr_plugins.integrations.mmengine.mvc_dataset import MVCVideoTextDataset, vlr_mvc_collate
-from vlr_plugins.integrations.mmengine.mvc_model import VideoTextPretrainingModel
-from vlr_plugins.integrations.mmengine.hooks import WeightsOnlyCheckpointHook
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS, HOOKS, METRICS, MODELS
 
 __all__ = [
@@ -29,3 +21,19 @@ __all__ = [
     "MVCVideoTextDataset", "VideoTextPretrainingModel", "vlr_mvc_collate",
     "recipe_to_mmengine_config", "vlr_text_views_collate",
 ]
+
+_HERE = "vlr_plugins.integrations.mmengine"
+_LAZY = {
+    "ParagraphTextViewsDataset": f"{_HERE}.dataset",
+    "RetrievalEvalDataset": f"{_HERE}.dataset",
+    "vlr_text_views_collate": f"{_HERE}.dataset",
+    "RetrievalRecallMetric": f"{_HERE}.metric",
+    "TextOnlyRetrievalModel": f"{_HERE}.model",
+    "WeightsOnlyCheckpointHook": f"{_HERE}.hooks",
+    "MVCVideoTextDataset": f"{_HERE}.mvc_dataset",
+    "vlr_mvc_collate": f"{_HERE}.mvc_dataset",
+    "VideoTextPretrainingModel": f"{_HERE}.mvc_model",
+    "recipe_to_mmengine_config": f"{_HERE}.config",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -3,7 +3,6 @@ the core dual-CLS text encoder, a matching head, and the core ``VideoTextPretrai
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -12,41 +11,13 @@ from torch import nn
 
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.mmengine.registry import MODELS
+from vlr_plugins.vision.stage_one import load_stage_one
 
-__all__ = ["VideoTextPretrainingModel", "STAGE_TWO_HEADS", "load_stage_one"]
-
-logger = logging.getLogger(__name__)
-
-#: the video tower's parts a Stage I (SMILE / VideoMAE) checkpoint lacks: they start fresh
-STAGE_TWO_HEADS = ("pool_norm.", "proj.")
+__all__ = ["VideoTextPretrainingModel"]
 
 
 def _build(cfg: Any) -> Any:
     return MODELS.build(cfg) if isinstance(cfg, dict) else cfg
-
-
-def load_stage_one(tower: nn.Module, path: str, layout: str = "auto") -> list[str]:
-    """Load Stage I weights (SMILE, VideoMAE, UMT) into ``tower``; returns the keys it lacked,
-    which may only be :data:`STAGE_TWO_HEADS`. Any other gap, or a key the tower has no place
-    for, is a :class:`~vlr_plugins.errors.ConfigError` naming the file."""
-    from vlr_plugins.vision import load_video_checkpoint
-
-    try:
-        loaded = load_video_checkpoint(tower, path, layout=layout, strict=False)
-    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
-        message = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
-        if message.startswith(f"{path} "):  # the loader's own messages start with the file
-            raise ConfigError(f"video checkpoint {message}") from None
-        raise ConfigError(f"video checkpoint {path}: {message}") from None
-    gaps = [k for k in loaded.missing if not k.startswith(STAGE_TWO_HEADS)]
-    if gaps or loaded.unexpected:
-        parts = ([f"the tower has no weights for {gaps[:5]}"] if gaps else []) + (
-            [f"the tower has no place for {loaded.unexpected[:5]}"] if loaded.unexpected else [])
-        raise ConfigError(f"video checkpoint {path} ({loaded.layout} layout) does not fit video.encoder: "
-                          f"{'; '.join(parts)} (check width, depth, tubelet_size, final_norm and the layout)")
-    if loaded.missing:
-        logger.info("video checkpoint %s: %s start fresh", path, sorted({k.split('.')[0] for k in loaded.missing}))
-    return loaded.missing
 
 
 @MODELS.register_module()
@@ -58,7 +29,7 @@ class VideoTextPretrainingModel(BaseModel):
     width) and ``loss`` (a :class:`~vlr_plugins.losses.VideoTextPretrainingLoss` config, its
     ``views`` the caption views the data draws) are configs of the core registries or built
     modules. ``video_checkpoint``: Stage I weights loaded into the tower
-    (:func:`load_stage_one`: the pooled head and projection start fresh). ``freeze_video``:
+    (:func:`~vlr_plugins.vision.load_stage_one`: the pooled head and projection start fresh). ``freeze_video``:
     the tower's weights do not train and no gradient is computed through it (its token
     dropping still applies in training mode). ``grad_checkpointing``: the tower's blocks and
     the text layers are recomputed in the backward pass.

@@ -2,9 +2,11 @@
 
 ``default_scope='vlr_plugins'`` plus ``custom_imports=dict(imports=
 ['vlr_plugins.integrations.mmengine'])`` in a config makes every name below resolve
-without the user importing anything, the way mmpretrain's registries work. Every
-root gets a child (most stay empty) so MMEngine finds the scope in each registry tree
-instead of warning and falling back.
+without the user importing anything, the way mmpretrain's registries work: each registry
+lists, as ``locations=``, every module of this package that registers into it, and
+MMEngine imports them on the registry's first lookup. Every root gets a child (most stay
+empty) so MMEngine finds the scope in each registry tree instead of warning and falling
+back.
 """
 
 from mmengine import registry as root
@@ -20,15 +22,17 @@ def _child(parent: Registry, *modules: str) -> Registry:
     return Registry(parent.name, parent=parent, scope=SCOPE, locations=[f"{_HERE}.{m}" for m in modules])
 
 
-MODELS = _child(root.MODELS, "model", "mvc_model")
-DATASETS = _child(root.DATASETS, "dataset", "mvc_dataset")
+# model: the text-only model and the core's losses and encoders; mllm_model: CaRe stage II /
+# E5-V; mllm_sft_model: CaRe stage I; mvc_model: MVC video-text pretraining
+MODELS = _child(root.MODELS, "model", "mvc_model", "mllm_model", "mllm_sft_model")
+DATASETS = _child(root.DATASETS, "dataset", "mvc_dataset", "nli_dataset", "caption_sft_dataset")
 METRICS = _child(root.METRICS, "metric")
-FUNCTIONS = _child(root.FUNCTIONS, "dataset", "mvc_dataset")
+FUNCTIONS = _child(root.FUNCTIONS, "dataset", "mvc_dataset", "nli_dataset", "caption_sft_dataset")
 RUNNERS = _child(root.RUNNERS)
 # present so the scope resolves in every tree; entries come from MMEngine itself
 RUNNER_CONSTRUCTORS = _child(root.RUNNER_CONSTRUCTORS)
 LOOPS = _child(root.LOOPS)
-HOOKS = _child(root.HOOKS, "hooks")
+HOOKS = _child(root.HOOKS, "hooks", "pretrained_export")
 STRATEGIES = _child(root.STRATEGIES)
 DATA_SAMPLERS = _child(root.DATA_SAMPLERS)
 TRANSFORMS = _child(root.TRANSFORMS)
