@@ -16,13 +16,11 @@ import torch
 
 from vlr_plugins.data import (
     BlipImageEncoder,
-    DataFormatError,
-    ImageEncoderError,
     list_images,
     load_encoder,
     precompute_image_embeddings,
 )
-from vlr_plugins.errors import MissingFileError, ModelLoadError, UserError
+from vlr_plugins.errors import DataFormatError, ImageEncoderError, MissingFileError, ModelLoadError, UserError
 
 # relative path -> PIL mode; sizes differ so that the processor has to resize
 IMAGES = {

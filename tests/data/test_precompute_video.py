@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from vlr_plugins.data import (
-    DataFormatError,
     EmbeddingStore,
     VideoItem,
     failures_path_of,
@@ -29,6 +28,7 @@ from vlr_plugins.data import (
     video_transform,
     work_dir_of,
 )
+from vlr_plugins.errors import DataFormatError
 
 pytest.importorskip("av")
 pytest.importorskip("timm")

@@ -6,8 +6,8 @@ import codecs
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data._text_files import read_utf8, utf8_lines
+from vlr_plugins.errors import DataFormatError
 
 TEXT = 'first line\n{"caption": "café, naïve"}\r\n\nlast line without a newline'
 

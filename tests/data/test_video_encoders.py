@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from vlr_plugins.data import VideoEncoderError, load_video_encoder
+from vlr_plugins.data import load_video_encoder
+from vlr_plugins.errors import VideoEncoderError
 
 pytest.importorskip("timm")
 

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, OutputExistsError
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import DataFormatError, OutputExistsError, UsageError
 from vlr_plugins.mllm.captions_file import CaptionsFile, settings_path_of
 
 SETTINGS = {"model": "m", "prompt": "Describe the video in detail.", "generation": {"max_new_tokens": 8}}

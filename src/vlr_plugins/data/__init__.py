@@ -10,13 +10,6 @@ functions that use them.
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data.errors import (
-    DataFormatError,
-    ImageEncoderError,
-    MissingEmbeddingsError,
-    OutputExistsError,
-    VideoEncoderError,
-)
 from vlr_plugins.data.precompute import (
     BlipImageEncoder,
     list_images,
@@ -125,11 +118,6 @@ __all__ = [
     "check_resumable_target",
     "read_store_progress",
     "work_dir_of",
-    "DataFormatError",
-    "ImageEncoderError",
-    "MissingEmbeddingsError",
-    "OutputExistsError",
-    "VideoEncoderError",
     "precompute_image_embeddings",
     "list_images",
     "load_encoder",

@@ -3,7 +3,7 @@
 Python's text mode decodes in chunks, so its ``UnicodeDecodeError`` names a byte offset in
 a chunk and no file. Every text reader of :mod:`vlr_plugins.data` (samples, retrieval
 sets, image lists, the benchmark readers) goes through these two functions instead, and
-a bad byte becomes a :class:`~vlr_plugins.data.errors.DataFormatError` such as
+a bad byte becomes a :class:`~vlr_plugins.errors.DataFormatError` such as
 ``train.jsonl, line 7: not UTF-8 text: byte 0xff at column 12 ...``. A leading byte-order
 mark (some Windows tools write one) is dropped.
 """
@@ -14,7 +14,7 @@ import codecs
 import os
 from collections.abc import Iterator
 
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 
 __all__ = ["read_utf8", "utf8_lines"]
 

@@ -26,8 +26,14 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError, OutputExistsError, _type_name
-from vlr_plugins.errors import ConfigError, MissingFileError
+from vlr_plugins.errors import (
+    ConfigError,
+    DataFormatError,
+    MissingEmbeddingsError,
+    MissingFileError,
+    OutputExistsError,
+    _type_name,
+)
 
 __all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "STORE_FORMAT", "STORE_VERSION", "check_store_target"]
 
@@ -87,7 +93,7 @@ def _is_store(path: Path) -> bool:
 
 def check_store_target(out_dir: str | os.PathLike[str], *, overwrite: bool = False,
                        flag: str = "overwrite=True") -> None:
-    """Raise :class:`~vlr_plugins.data.errors.OutputExistsError` unless a store may be
+    """Raise :class:`~vlr_plugins.errors.OutputExistsError` unless a store may be
     written at ``out_dir``: nothing is there, or an empty folder, or (with ``overwrite``)
     a store. A file, or a non-empty folder that is not a store, is never replaced.
 

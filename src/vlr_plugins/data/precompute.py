@@ -37,8 +37,13 @@ import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name, image_encoder_error
-from vlr_plugins.errors import MissingFileError, loading_pretrained
+from vlr_plugins.errors import (
+    DataFormatError,
+    MissingFileError,
+    _type_name,
+    image_encoder_error,
+    loading_pretrained,
+)
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -265,7 +270,7 @@ def load_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: Any) -> 
 
     ``setting`` names the spec's origin in messages (``vlr precompute`` passes
     ``"--encoder"``). A spec that names no usable encoder raises
-    :class:`~vlr_plugins.data.errors.ImageEncoderError` (also an ``ImportError`` or
+    :class:`~vlr_plugins.errors.ImageEncoderError` (also an ``ImportError`` or
     ``AttributeError`` for a module that cannot be imported or lacks the attribute).
     """
     what = f"{setting} {spec!r}"

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.data.errors import DataFormatError, VideoEncoderError, _type_name
 from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, _named, check_resumable_target
 from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
 from vlr_plugins.data.video_encoders import _tower_device, _tower_dim, _tower_geometry
 from vlr_plugins.data.video_sources import VideoItem
+from vlr_plugins.errors import DataFormatError, VideoEncoderError, _type_name
 
 __all__ = ["VIDEO_SAMPLERS", "failures_path_of", "precompute_video_embeddings", "video_store_meta"]
 

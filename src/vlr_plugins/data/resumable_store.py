@@ -44,8 +44,7 @@ from vlr_plugins.data.embedding_store import (
     _is_store,
     check_store_target,
 )
-from vlr_plugins.data.errors import DataFormatError, OutputExistsError, _type_name
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError, OutputExistsError, _type_name
 
 __all__ = [
     "ResumableEmbeddingStoreWriter",
@@ -303,7 +302,7 @@ def check_resumable_target(
     settings; returns the rows it will keep (``None``: it starts from nothing).
 
     - A file, or a folder that is not a store, at ``out_dir`` (or foreign files in its work
-      folder) is never written: :class:`~vlr_plugins.data.errors.OutputExistsError`.
+      folder) is never written: :class:`~vlr_plugins.errors.OutputExistsError`.
     - Rows already there (a finished store, an interrupted run's parts) need ``resume`` (keep
       them, add the rest) or ``overwrite`` (start over); else ``OutputExistsError``, whose
       message names ``resume_flag`` and ``overwrite_flag`` (``vlr precompute`` says

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.registry import READERS
 
 __all__ = ["RetrievalSet", "read_retrieval_jsonl"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from vlr_plugins._io import atomic_open
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = [

@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.sample import _jsonl_records, _Record
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["VIDEO_CAPTION_FIELDS", "VideoCaption", "read_video_captions"]
@@ -92,7 +92,7 @@ def read_video_captions(path: str | os.PathLike[str], *, video_root: str | os.Pa
     Every record is checked as it is read: its keys (``video``, ``caption``, ``start``,
     ``end``, ``id``; nothing else), their types, a non-empty caption, ``end`` after
     ``start``, and (``check_files``) that the video file exists; a bad one raises
-    :class:`~vlr_plugins.data.DataFormatError` naming the file, the line and the field.
+    :class:`~vlr_plugins.errors.DataFormatError` naming the file, the line and the field.
     Relative video paths are resolved against ``video_root`` (default: the file's folder).
     Whether a video decodes is known only when it is decoded (the training dataset reports
     it with the record's line).

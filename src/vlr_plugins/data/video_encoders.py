@@ -17,9 +17,8 @@ from typing import Any
 import torch
 
 from vlr_plugins.data._text_files import read_utf8
-from vlr_plugins.data.errors import VideoEncoderError, _type_name
 from vlr_plugins.data.precompute import _current_folder_importable
-from vlr_plugins.errors import MissingFileError, loading_pretrained
+from vlr_plugins.errors import MissingFileError, VideoEncoderError, _type_name, loading_pretrained
 
 __all__ = ["load_video_encoder"]
 
@@ -253,7 +252,7 @@ def load_video_encoder(spec: str, *, setting: str = "encoder spec", device: str 
     The tower must offer ``encode_video(frames (B, T, 3, H, W)) -> (B, D)`` and ``image_mean``,
     ``image_std``, ``image_size`` (square). A ``torch.nn.Module`` is moved to ``device`` and put
     in eval mode. Every problem with the spec is one
-    :class:`~vlr_plugins.data.errors.VideoEncoderError` (or a
+    :class:`~vlr_plugins.errors.VideoEncoderError` (or a
     :class:`~vlr_plugins.errors.MissingFileError` for a file that is not there) whose message
     starts with ``setting`` (``vlr precompute`` passes ``"--encoder"``).
 

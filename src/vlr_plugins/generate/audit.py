@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
 __all__ = ["FUNCTION_WORDS", "content_words", "content_jaccard", "word_count", "mvc_audit", "paragraph_audit",
            "read_corpus", "corpus_audit", "format_audit", "plot_audit"]

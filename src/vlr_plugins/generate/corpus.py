@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open, atomic_write_json
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 
 __all__ = ["CORPUS_FORMAT", "CorpusFolder", "ordered_record"]
 

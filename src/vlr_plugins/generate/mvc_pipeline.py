@@ -33,8 +33,7 @@ import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.generate.media import video_part
 from vlr_plugins.generate.parsing import parse_list_answer, parse_text_answer, strip_thinking
 from vlr_plugins.generate.stage import Stage, StepContext, failure_entry, record_seed

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError, OutputExistsError
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import DataFormatError, OutputExistsError, UsageError
 
 __all__ = ["CaptionsFile", "settings_path_of", "failures_path_of"]
 

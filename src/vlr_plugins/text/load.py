@@ -7,8 +7,7 @@ import os
 import torch
 
 from vlr_plugins.checkpoint_meta import load_weights_only
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.registry import MODELS
 
 __all__ = ["load_text_encoder"]
@@ -27,7 +26,7 @@ def load_text_encoder(spec: str | os.PathLike, *, map_location: str = "cpu",
 
     Errors name ``setting`` (the option that gave ``spec``, e.g. ``--model``; default: the
     spec itself): :class:`~vlr_plugins.errors.MissingFileError` for a checkpoint that is not
-    there, :class:`~vlr_plugins.data.DataFormatError` (a ``ValueError``) for a file that is
+    there, :class:`~vlr_plugins.errors.DataFormatError` (a ``ValueError``) for a file that is
     no `vlr train` checkpoint, :class:`~vlr_plugins.errors.ModelLoadError` for a BLIP model
     that cannot be loaded (offline, no such id or folder).
     """

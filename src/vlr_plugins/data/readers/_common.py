@@ -1,6 +1,6 @@
 """What every reader shares: JSON loading, record checks, and building the RetrievalSet.
 
-Checks raise :class:`~vlr_plugins.data.errors.DataFormatError` through an ``error(field,
+Checks raise :class:`~vlr_plugins.errors.DataFormatError` through an ``error(field,
 problem)`` function bound to one record (:func:`record_error`), so that each message names
 the file, the record and the field the same way in every reader.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from vlr_plugins.data._text_files import read_utf8, utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError, _type_name
 
 ErrorFn = Callable[[str | None, str], DataFormatError]
 

@@ -6,7 +6,6 @@ import json
 import os
 from typing import Any
 
-from vlr_plugins.data.errors import _type_name
 from vlr_plugins.data.readers._common import (
     ErrorFn,
     SetBuilder,
@@ -20,6 +19,7 @@ from vlr_plugins.data.readers._common import (
     text_list,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_dream1k"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.readers._common import (
     expect_object,
     json_lines,
@@ -15,6 +14,7 @@ from vlr_plugins.data.readers._common import (
     text_value,
 )
 from vlr_plugins.data.readers.carebench import read_carebench
+from vlr_plugins.errors import DataFormatError, _type_name
 
 __all__ = ["CapstReference", "read_captions_jsonl", "read_carebench_references"]
 
