@@ -32,6 +32,16 @@ def test_appends_and_resumes_where_it_stopped(tmp_path):
     assert [r["id"] for r in lines(path)] == ["v0", "v1", "v2"]
 
 
+def test_a_caption_with_a_unicode_line_separator_is_read_back(tmp_path):
+    # json.dumps(ensure_ascii=False) writes U+2028 / U+0085 as they are; only "\n" ends a record
+    path = tmp_path / "caps.jsonl"
+    with CaptionsFile(path, SETTINGS) as f:
+        f.append("v0", "a dog\u2028runs\x85on")
+        f.append("v1", "second")
+    with CaptionsFile(path, SETTINGS, resume=True) as f:
+        assert f.done == {"v0": "a dog\u2028runs\x85on", "v1": "second"}
+
+
 def test_a_killed_runs_partial_line_is_cut_off_and_captioned_again(tmp_path):
     path = tmp_path / "caps.jsonl"
     with CaptionsFile(path, SETTINGS) as f:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open
-from vlr_plugins.data.sample import _jsonl_records, _parquet_records, _Record
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.data.sample import _parquet_records, _Record
 from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
@@ -183,7 +184,7 @@ def read_mvc_samples(
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records, kind = _jsonl_records(path), "line"
+        records, kind = json_lines(path), "line"
     elif suffix == ".parquet":
         records, kind = _parquet_records(path, ("id", "video")), "row"
     else:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -36,7 +35,7 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data._text_files import utf8_lines
+from vlr_plugins.data._text_files import json_line, utf8_lines
 from vlr_plugins.errors import (
     DataFormatError,
     MissingFileError,
@@ -116,10 +115,7 @@ def _list_entry(list_file: Path, line_no: int, line: str) -> tuple[str, str, dic
     def bad(field: str | None, problem: str) -> DataFormatError:
         return DataFormatError(list_file, problem, record=line_no, field=field)
 
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise bad(None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    raw = json_line(list_file, line_no, line)
     if not isinstance(raw, dict):
         raise bad(None, f"expected a JSON object with 'id' and 'path', found {_type_name(raw)}")
     item_id, path = raw.get("id"), raw.get("path")

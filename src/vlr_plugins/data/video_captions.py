@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlr_plugins.data.sample import _jsonl_records, _Record
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.data.sample import _Record
 from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
@@ -106,7 +107,7 @@ def read_video_captions(path: str | os.PathLike[str], *, video_root: str | os.Pa
     if not path.is_file():
         raise DataFormatError(path, "no such file")
     root = Path(video_root) if video_root is not None else path.parent
-    out = [_pair(raw, path, line, root, check_files) for line, raw in _jsonl_records(path)]
+    out = [_pair(raw, path, line, root, check_files) for line, raw in json_lines(path)]
     if not out:
         raise DataFormatError(path, "no records; expected one JSON object per line with video and caption")
     return out

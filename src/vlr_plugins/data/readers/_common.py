@@ -86,16 +86,6 @@ def text_lines(path: str) -> Iterator[tuple[int, str]]:
             yield line_no, line
 
 
-def json_lines(path: str) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` for every non-blank line of a JSON Lines file, lazily."""
-    for line_no, line in text_lines(path):
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _invalid_json(path, e, line_no) from None
-        yield line_no, value
-
-
 def first_char(path: str) -> str:
     """The first non-blank character of a text file, to tell a JSON array from JSON Lines."""
     for _, line in utf8_lines(path):

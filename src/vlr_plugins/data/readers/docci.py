@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
-    json_lines,
     one_of,
     record_error,
     text_value,

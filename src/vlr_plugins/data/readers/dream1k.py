@@ -6,13 +6,13 @@ import json
 import os
 from typing import Any
 
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     ErrorFn,
     SetBuilder,
     expect_list,
     expect_object,
     first_char,
-    json_lines,
     load_json,
     record_error,
     text_field,

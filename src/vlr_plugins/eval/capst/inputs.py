@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     expect_object,
-    json_lines,
     load_json,
     record_error,
     text_value,
