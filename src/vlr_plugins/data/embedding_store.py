@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins._io import replace_dir
 from vlr_plugins.errors import (
     ConfigError,
     DataFormatError,
@@ -231,8 +232,6 @@ class EmbeddingStoreWriter:
             }
             with open(self._tmp / _INDEX, "x", encoding="utf-8") as f:
                 json.dump(index, f, ensure_ascii=False)
-                f.flush()
-                os.fsync(f.fileno())
             self._move_into_place()
         except BaseException:
             self.abort()
@@ -242,17 +241,7 @@ class EmbeddingStoreWriter:
 
     def _move_into_place(self) -> None:
         check_store_target(self.out_dir, overwrite=self.overwrite)  # it may have appeared since __init__
-        if not self.out_dir.exists():
-            os.replace(self._tmp, self.out_dir)
-            return
-        old = _sibling(self.out_dir, "old")
-        os.replace(self.out_dir, old)
-        try:
-            os.replace(self._tmp, self.out_dir)
-        except BaseException:
-            os.replace(old, self.out_dir)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self._tmp, self.out_dir, aside=_sibling(self.out_dir, "old"))
 
     def abort(self) -> None:
         """Discard everything written so far; ``out_dir`` is left as it was."""
