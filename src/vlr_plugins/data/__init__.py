@@ -61,10 +61,11 @@ from vlr_plugins.data.text_views import (
     draw_texts,
 )
 from vlr_plugins.data.video_encoders import load_video_encoder
-from vlr_plugins.data.video_media import CLIP_SAMPLERS, VideoClips
+from vlr_plugins.data.video_media import VideoClips
 from vlr_plugins.data.video_sources import VIDEO_SUFFIXES, VideoItem, benchmark_videos, list_videos
 from vlr_plugins.data.video import (
     CLIP_MEAN,
+    CLIP_SAMPLERS,
     CLIP_STD,
     FRAME_STRATEGIES,
     IMAGENET_MEAN,

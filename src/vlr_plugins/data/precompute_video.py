@@ -24,7 +24,7 @@ import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
 from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, _named, check_resumable_target
-from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
+from vlr_plugins.data.video import CLIP_SAMPLERS, VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
 from vlr_plugins.data.video_encoders import _tower_device, _tower_dim, _tower_geometry
 from vlr_plugins.data.video_sources import VideoItem
 from vlr_plugins.errors import DataFormatError, VideoEncoderError, _type_name
@@ -33,7 +33,7 @@ __all__ = ["VIDEO_SAMPLERS", "failures_path_of", "precompute_video_embeddings", 
 
 #: The frame samplers a store can be written with: they give every video the same number
 #: of frames (``fps`` does not, so it is not one of them).
-VIDEO_SAMPLERS = ("rand", "middle", "uniform")
+VIDEO_SAMPLERS = CLIP_SAMPLERS
 
 
 def video_store_meta(tower: Any, encoder: str, *, frames: int, sampler: str, seed: int, backend: str) -> dict[str, Any]:

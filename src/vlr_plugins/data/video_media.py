@@ -9,13 +9,11 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames
+from vlr_plugins.data.video import CLIP_SAMPLERS, VIDEO_BACKENDS, VideoDecodeError, sample_frames
 from vlr_plugins.errors import DataFormatError, MissingFileError
 
-__all__ = ["VideoClips", "CLIP_SAMPLERS"]
+__all__ = ["VideoClips"]
 
-#: frame samplers that give every clip the same number of frames (``fps`` does not)
-CLIP_SAMPLERS = ("rand", "middle", "uniform")
 _SHOWN = 20
 
 
