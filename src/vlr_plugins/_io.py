@@ -86,10 +86,13 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 def _fsync_tree(root: Path) -> None:
     """Put every file below ``root`` and every folder entry on disk (safetensors and
-    ``save_pretrained`` write without syncing)."""
+    ``save_pretrained`` write without syncing); links are left alone."""
     for folder, _, files in os.walk(root):
         for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
