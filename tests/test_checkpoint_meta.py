@@ -16,8 +16,7 @@ from vlr_plugins.checkpoint_meta import (
     loss_config,
     read_checkpoint_meta,
 )
-from vlr_plugins.data import DataFormatError
-from vlr_plugins.errors import MissingFileError, UserError
+from vlr_plugins.errors import DataFormatError, MissingFileError, UserError
 from vlr_plugins.losses import HardNegativeInfoNCELoss
 from vlr_plugins.registry import LOSSES
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError
 from vlr_plugins.errors import (
     ConfigError,
+    DataFormatError,
     InputError,
+    MissingEmbeddingsError,
     MissingFileError,
     UsageError,
     UserError,

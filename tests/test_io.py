@@ -1,4 +1,5 @@
-"""check_output_dir: an output folder a command cannot write is refused, naming the option, before any work."""
+"""check_output_dir: an output folder a command cannot write is refused, naming the option, before any work;
+replace_dir: a finished folder takes the place of the old one whole, or the old one stays."""
 
 from __future__ import annotations
 
@@ -77,3 +78,27 @@ def test_replace_dir_puts_the_new_folder_in_place_of_the_old_one(tmp_path):
         replace_dir(tmp, out)
         assert not tmp.exists() and (out / "version.txt").read_text() == version
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # the old folder is gone, nothing aside
+
+
+def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_be_moved(tmp_path, monkeypatch):
+    from vlr_plugins import _io
+    from vlr_plugins._io import replace_dir
+
+    out, new, aside = tmp_path / "store", tmp_path / ".store.tmp", tmp_path / ".store.replaced"
+    for folder, version in ((out, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / "version.txt").write_text(version)
+    real = os.replace
+
+    def refuse_the_new_one(src, dst):
+        if os.fspath(src) == os.fspath(new):
+            raise OSError("no space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(_io.os, "replace", refuse_the_new_one)
+    with pytest.raises(OSError, match="no space"):
+        replace_dir(new, out, aside=aside)
+    assert (out / "version.txt").read_text() == "old" and not aside.exists() and new.is_dir()
+    monkeypatch.setattr(_io.os, "replace", real)
+    replace_dir(new, out, aside=aside)
+    assert (out / "version.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["store"]

@@ -86,7 +86,7 @@ def test_only_mllm_specs_take_a_model_dtype():
 
 
 def test_the_library_loaders_refuse_a_dtype_for_other_specs_before_loading():
-    from vlr_plugins.data.errors import VideoEncoderError
+    from vlr_plugins.errors import VideoEncoderError
     from vlr_plugins.specs import load_text_model, load_video_encoder
 
     with pytest.raises(UsageError, match="a model dtype .float16. is chosen for mllm: specs only"):

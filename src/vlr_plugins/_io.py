@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "replace_dir"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "fsync_dir", "replace_dir"]
 
 
 @contextlib.contextmanager
@@ -69,19 +69,65 @@ def check_output_dir(path: str | os.PathLike, option: str, *, replaced_whole: bo
         raise UsageError(option, problem)
 
 
-def replace_dir(tmp: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or a new file in the folder ``path`` durable (where the file system
+    allows it: some refuse to open or sync a folder, which is then left as it is)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Put every file below ``root`` and every folder entry on disk (safetensors and
+    ``save_pretrained`` write without syncing); links are left alone."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+
+
+def replace_dir(tmp: str | os.PathLike, out_dir: str | os.PathLike, *,
+                aside: str | os.PathLike | None = None) -> None:
     """Move the finished folder ``tmp`` to ``out_dir``, replacing a folder already there.
 
-    The old folder is first renamed aside and deleted only once ``tmp`` is in place, so
-    ``out_dir`` holds either the old or the new contents at every moment, never a mix.
+    The old folder is first renamed to ``aside`` (default: a hidden sibling with a random
+    name) and deleted only once ``tmp`` is in place, so ``out_dir`` holds either the old
+    or the new contents at every moment, never a mix; if ``tmp`` cannot be moved, the old
+    folder is put back. ``tmp``'s files are synced before the first rename and each rename
+    after it, so a crash leaves one of those states on disk, with whole files. A fixed
+    ``aside`` lets a rerun finish a replacement a kill interrupted (the resumable store
+    does). A failure to delete the old folder once the new one is in place is ignored.
     """
     import shutil
 
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
-        os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out_dir)
+    tmp, out_dir = Path(tmp), Path(out_dir)
+    _fsync_tree(tmp)
+    parent = out_dir.parent
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        fsync_dir(parent)
+        return
+    old = Path(aside) if aside is not None else out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.old")
+    os.replace(out_dir, old)
+    fsync_dir(parent)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)

@@ -19,7 +19,7 @@ import re
 import warnings
 from typing import Any
 
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
 __all__ = ["check_text_encoder_checkpoint", "load_weights_only", "loss_config", "read_checkpoint_meta"]
 
@@ -62,7 +62,7 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
 
     - no such file: :class:`~vlr_plugins.errors.MissingFileError`;
     - a folder, or a file ``torch.load`` cannot read (text, a truncated download, a
-      ``.safetensors`` file): :class:`~vlr_plugins.data.errors.DataFormatError`;
+      ``.safetensors`` file): :class:`~vlr_plugins.errors.DataFormatError`;
     - a pickle of Python objects that ``weights_only`` refuses to rebuild: a
       ``DataFormatError`` saying why vlr never unpickles it (torch's own message suggests
       ``weights_only=False``, which runs whatever the file says).
@@ -80,8 +80,6 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
     import zipfile
 
     import torch
-
-    from vlr_plugins.data.errors import DataFormatError
 
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -112,8 +110,6 @@ def _gist(e: BaseException) -> str:
 
 def _checkpoint(checkpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the checkpoint mapping, its meta), memory-mapped: the weights stay on disk."""
-    from vlr_plugins.data.errors import DataFormatError
-
     ckpt = load_weights_only(checkpoint, mmap=True)
     if not isinstance(ckpt, dict):
         raise DataFormatError(checkpoint, f"expected a checkpoint mapping (with 'state_dict' and 'meta'), "
@@ -143,8 +139,6 @@ def check_text_encoder_checkpoint(checkpoint: str | os.PathLike) -> dict[str, An
     Each refusal is one :class:`~vlr_plugins.errors.UserError` naming the file (and the
     key), before anything is built (``blip:<name>`` specs: :func:`vlr_plugins.specs.text_encoder_meta`).
     """
-    from vlr_plugins.data.errors import DataFormatError
-
     checkpoint = str(checkpoint)
     ckpt, meta = _checkpoint(checkpoint)
     arch = meta.get("vlr_text_encoder")

@@ -332,7 +332,7 @@ def load_image_encoder(spec: str, *, setting: str = "encoder spec", **kwargs: An
     :class:`~vlr_plugins.errors.ImageEncoderError` (also an ``ImportError`` or
     ``AttributeError`` for a module that cannot be imported or lacks the attribute).
     """
-    from vlr_plugins.data.errors import image_encoder_error
+    from vlr_plugins.errors import image_encoder_error
     from vlr_plugins.precompute.images import BlipImageEncoder, imported_image_encoder
 
     parsed = parse_model_spec(spec, "image")

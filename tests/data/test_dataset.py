@@ -11,9 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vlr_plugins.data import (
-    DataFormatError,
     EmbeddingStoreWriter,
-    MissingEmbeddingsError,
     ParagraphSample,
     StoredEmbeddings,
     TextView,
@@ -24,6 +22,7 @@ from vlr_plugins.data import (
     owner_index,
 )
 from vlr_plugins.data.text_views import seeded_fraction
+from vlr_plugins.errors import DataFormatError, MissingEmbeddingsError
 
 SAMPLES = [
     ParagraphSample(id=f"s{i}", caption=f"caption {i}", positives=tuple(f"pos {i}.{k}" for k in range(4)),

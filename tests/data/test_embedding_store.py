@@ -11,14 +11,11 @@ import pytest
 import torch
 
 from vlr_plugins.data import (
-    DataFormatError,
     EmbeddingStore,
     EmbeddingStoreWriter,
-    MissingEmbeddingsError,
-    OutputExistsError,
     check_store_target,
 )
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingEmbeddingsError, MissingFileError, OutputExistsError
 
 DIM = 8
 

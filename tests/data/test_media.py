@@ -8,14 +8,13 @@ import pytest
 import torch
 
 from vlr_plugins.data import (
-    DataFormatError,
     EmbeddingStore,
     EmbeddingStoreWriter,
     ImageFiles,
-    MissingEmbeddingsError,
     ParagraphSample,
     StoredEmbeddings,
 )
+from vlr_plugins.errors import DataFormatError, MissingEmbeddingsError
 
 
 def _store(path, n=6, dim=4):

@@ -13,7 +13,6 @@ from vlr_plugins.data import (
     MVC_DETAILED_FIELDS,
     MVC_SUMMARY_FIELDS,
     MVC_TEXT_FIELDS,
-    DataFormatError,
     MVCSample,
     TextView,
     TextViews,
@@ -21,6 +20,7 @@ from vlr_plugins.data import (
     read_mvc_samples,
     write_mvc_samples,
 )
+from vlr_plugins.errors import DataFormatError
 
 FULL = {"id": "v1", "video": "clips/v1.mp4", "start": 1.5, "end": 4, "O": "a dog", "S1": "a dog runs",
         "S2": "a brown dog runs on grass", "D1": "raw one", "D2": "raw two", "D1*": "refined one",

@@ -6,7 +6,8 @@ import csv
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, NLITriplet, read_nli_triplets
+from vlr_plugins.data import NLITriplet, read_nli_triplets
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 ROWS = [

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from vlr_plugins.data import DataFormatError, ImageEncoderError
+from vlr_plugins.errors import DataFormatError, ImageEncoderError, MissingFileError, ModelLoadError, UserError
 from vlr_plugins.precompute import BlipImageEncoder, list_images, precompute_image_embeddings
 from vlr_plugins.specs import load_image_encoder as load_encoder
-from vlr_plugins.errors import MissingFileError, ModelLoadError, UserError
 
 # relative path -> PIL mode; sizes differ so that the processor has to resize
 IMAGES = {

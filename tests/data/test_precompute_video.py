@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vlr_plugins.data import DataFormatError, EmbeddingStore, sample_frames, video_transform, work_dir_of
+from vlr_plugins.data import EmbeddingStore, sample_frames, video_transform, work_dir_of
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.precompute import VideoItem, failures_path_of, list_videos, precompute_video_embeddings
 
 pytest.importorskip("av")

@@ -14,16 +14,14 @@ import torch
 from safetensors import safe_open
 
 from vlr_plugins.data import (
-    DataFormatError,
     EmbeddingStore,
     EmbeddingStoreWriter,
-    OutputExistsError,
     ResumableEmbeddingStoreWriter,
     check_resumable_target,
     read_store_progress,
     work_dir_of,
 )
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError, OutputExistsError
 
 DIM = 4
 META = {"encoder": "test", "frames": 16}

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
+from vlr_plugins.errors import DataFormatError
 
 
 def write_lines(path, lines: list[str]):

@@ -9,12 +9,11 @@ import pytest
 
 from vlr_plugins.data import (
     TEXT_FIELDS,
-    DataFormatError,
-    MissingEmbeddingsError,
     ParagraphSample,
     read_paragraph_samples,
     write_paragraph_samples,
 )
+from vlr_plugins.errors import DataFormatError, MissingEmbeddingsError
 from vlr_plugins.registry import READERS
 
 RECORDS = [

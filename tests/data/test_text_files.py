@@ -1,4 +1,5 @@
-"""UTF-8 text files: the lines as Python's text mode gives them, and a bad byte named by file, line and column."""
+"""UTF-8 text files: the lines as Python's text mode gives them, and a bad byte named by file, line and column;
+JSON Lines files: one value per line, a line that is not JSON named by file, line and column."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import codecs
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
-from vlr_plugins.data._text_files import read_utf8, utf8_lines
+from vlr_plugins.data._text_files import json_lines, read_utf8, utf8_lines
+from vlr_plugins.errors import DataFormatError
 
 TEXT = 'first line\n{"caption": "café, naïve"}\r\n\nlast line without a newline'
 
@@ -51,3 +52,31 @@ def test_lines_before_a_bad_byte_are_read(tmp_path):
     assert [next(lines), next(lines)] == [(1, "one\n"), (2, "two\n")]
     with pytest.raises(DataFormatError, match="line 3"):
         next(lines)
+
+
+def test_json_lines_gives_each_value_with_its_line_and_skips_blank_lines(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + b'{"id": 1}\r\n\n  \n[2, "caf\xc3\xa9"]\n"three"')
+    assert list(json_lines(path)) == [(1, {"id": 1}), (4, [2, "café"]), (5, "three")]
+    with pytest.raises(DataFormatError, match=r"a.jsonl, line 2: invalid JSON: Expecting value \(column 1\)$"):
+        list(json_lines(path, skip_blank=False))
+
+
+def test_a_line_that_is_not_json_names_file_line_and_column(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"id": 1}\n{"id" 2}\n', encoding="utf-8")
+    values = json_lines(path, note="; the file was changed")
+    assert next(values) == (1, {"id": 1})
+    with pytest.raises(DataFormatError) as e:
+        next(values)
+    assert str(e.value) == (f"{path}, line 2: invalid JSON: Expecting ':' delimiter "
+                            "(column 7); the file was changed")
+    assert e.value.record == 2
+
+
+def test_a_json_array_is_told_to_be_json_lines(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('[\n  {"id": 1}\n]\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"line 1: invalid JSON: .*; this reader expects JSON Lines "
+                                              r"\(one object per line\), not an array$"):
+        list(json_lines(path))

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, ParagraphSample
+from vlr_plugins.data import ParagraphSample
 from vlr_plugins.data.text_views import DrawnText, check_samples_have_views, draw_texts
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.recipe import TextView
 
 POSITIVES = ("a dog on grass", "a brown dog", "a puppy outdoors", "dog in a park", "a pet dog")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, VideoCaption, read_video_captions
+from vlr_plugins.data import VideoCaption, read_video_captions
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 

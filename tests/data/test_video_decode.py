@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.video import (
     VideoDecodeError,
     frame_indices,
@@ -17,6 +16,7 @@ from vlr_plugins.data.video import (
     video_info,
     window_frames,
 )
+from vlr_plugins.errors import DataFormatError
 
 av = pytest.importorskip("av")
 

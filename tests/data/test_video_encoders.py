@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from vlr_plugins.data import VideoEncoderError
+from vlr_plugins.errors import VideoEncoderError
 from vlr_plugins.specs import load_video_encoder
 
 pytest.importorskip("timm")

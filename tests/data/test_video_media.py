@@ -10,8 +10,8 @@ import pytest
 import torch
 from _videos import nearest_written_frame, write_video
 
-from vlr_plugins.data import DataFormatError, MVCSample, TextView, TextViews, TextViewsDataset, VideoClips
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.data import MVCSample, TextView, TextViews, TextViewsDataset, VideoClips
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
 pytest.importorskip("av")
 

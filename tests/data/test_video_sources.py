@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.precompute import VideoItem, benchmark_videos, list_videos
-from vlr_plugins.errors import MissingFileError
 
 
 def test_list_videos_from_a_folder_a_txt_and_a_jsonl_list(tmp_path):

@@ -11,9 +11,14 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from vlr_plugins.data import DataFormatError, EmbeddingStoreWriter, MissingEmbeddingsError  # noqa: E402
+from vlr_plugins.data import EmbeddingStoreWriter  # noqa: E402
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl  # noqa: E402
-from vlr_plugins.errors import ConfigError, MissingFileError  # noqa: E402
+from vlr_plugins.errors import (  # noqa: E402
+    ConfigError,
+    DataFormatError,
+    MissingEmbeddingsError,
+    MissingFileError,
+)
 from vlr_plugins.eval import (  # noqa: E402
     BenchmarkSpec,
     evaluate_benchmarks,

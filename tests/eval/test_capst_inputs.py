@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.eval.capst import CapstReference, read_captions_jsonl, read_carebench_references
 
 

@@ -90,8 +90,7 @@ def test_the_loss_line_comes_from_the_trained_loss(tiny_world, tiny_encoder_cfg,
 
 
 def test_eval_results_merge_later_files_first_and_bad_files_are_named(tmp_path):
-    from vlr_plugins.data.errors import DataFormatError
-    from vlr_plugins.errors import MissingFileError
+    from vlr_plugins.errors import DataFormatError, MissingFileError
     from vlr_plugins.hf.card import merge_eval_results
 
     first, second = tmp_path / "a.json", tmp_path / "b.json"

@@ -20,8 +20,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
 from _tiny_mllm import clip, save_tiny_qwen2vl  # noqa: E402
 
-from vlr_plugins.data import OutputExistsError  # noqa: E402
-from vlr_plugins.errors import ConfigError  # noqa: E402
+from vlr_plugins.errors import ConfigError, OutputExistsError  # noqa: E402
 from vlr_plugins.hf.export_eol import ADAPTER_FOLDER, export_eol_embedder  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder  # noqa: E402
 

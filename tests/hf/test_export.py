@@ -18,7 +18,7 @@ pytest.importorskip("tokenizers")
 import torch  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
-from vlr_plugins.data import DataFormatError, OutputExistsError  # noqa: E402
+from vlr_plugins.errors import DataFormatError, OutputExistsError  # noqa: E402
 from vlr_plugins.hf import VlrTextEncoderModel, check_export_target, export_text_encoder  # noqa: E402
 
 BUDGETS = {"caption": 24, "paragraph": 64}

@@ -7,9 +7,8 @@ import json
 import pytest
 import torch
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.video import frame_indices
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.mllm.caption_sft import (
     CAPTION_INSTRUCTION,
     IGNORE_INDEX,

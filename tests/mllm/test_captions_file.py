@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, OutputExistsError
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import DataFormatError, OutputExistsError, UsageError
 from vlr_plugins.mllm.captions_file import CaptionsFile, settings_path_of
 
 SETTINGS = {"model": "m", "prompt": "Describe the video in detail.", "generation": {"max_new_tokens": 8}}
@@ -31,6 +30,16 @@ def test_appends_and_resumes_where_it_stopped(tmp_path):
             f.append("v1", "again")
         f.append("v2", "third")
     assert [r["id"] for r in lines(path)] == ["v0", "v1", "v2"]
+
+
+def test_a_caption_with_a_unicode_line_separator_is_read_back(tmp_path):
+    # json.dumps(ensure_ascii=False) writes U+2028 / U+0085 as they are; only "\n" ends a record
+    path = tmp_path / "caps.jsonl"
+    with CaptionsFile(path, SETTINGS) as f:
+        f.append("v0", "a dog\u2028runs\x85on")
+        f.append("v1", "second")
+    with CaptionsFile(path, SETTINGS, resume=True) as f:
+        assert f.done == {"v0": "a dog\u2028runs\x85on", "v1": "second"}
 
 
 def test_a_killed_runs_partial_line_is_cut_off_and_captioned_again(tmp_path):

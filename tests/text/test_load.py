@@ -9,8 +9,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from vlr_plugins.data import DataFormatError  # noqa: E402
-from vlr_plugins.errors import MissingFileError, ModelLoadError  # noqa: E402
+from vlr_plugins.errors import DataFormatError, MissingFileError, ModelLoadError  # noqa: E402
 from vlr_plugins.specs import load_text_encoder  # noqa: E402
 
 

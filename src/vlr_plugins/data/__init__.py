@@ -11,12 +11,6 @@ functions that use them.
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data.errors import (
-    DataFormatError,
-    ImageEncoderError,
-    MissingEmbeddingsError,
-    OutputExistsError,
-    VideoEncoderError,
 )
 from vlr_plugins.data.resumable_store import (
     ResumableEmbeddingStoreWriter,
@@ -55,9 +49,10 @@ from vlr_plugins.data.text_views import (
     check_samples_have_views,
     draw_texts,
 )
-from vlr_plugins.data.video_media import CLIP_SAMPLERS, VideoClips
+from vlr_plugins.data.video_media import VideoClips
 from vlr_plugins.data.video import (
     CLIP_MEAN,
+    CLIP_SAMPLERS,
     CLIP_STD,
     FRAME_STRATEGIES,
     IMAGENET_MEAN,
@@ -111,11 +106,6 @@ __all__ = [
     "check_resumable_target",
     "read_store_progress",
     "work_dir_of",
-    "DataFormatError",
-    "ImageEncoderError",
-    "MissingEmbeddingsError",
-    "OutputExistsError",
-    "VideoEncoderError",
     "RetrievalSet",
     "read_retrieval_jsonl",
     "DrawnText",

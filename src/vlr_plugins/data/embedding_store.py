@@ -26,8 +26,15 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.errors import DataFormatError, MissingEmbeddingsError, OutputExistsError, _type_name
-from vlr_plugins.errors import ConfigError, MissingFileError
+from vlr_plugins._io import replace_dir
+from vlr_plugins.errors import (
+    ConfigError,
+    DataFormatError,
+    MissingEmbeddingsError,
+    MissingFileError,
+    OutputExistsError,
+    _type_name,
+)
 
 __all__ = ["EmbeddingStore", "EmbeddingStoreWriter", "STORE_FORMAT", "STORE_VERSION", "check_store_target"]
 
@@ -87,7 +94,7 @@ def _is_store(path: Path) -> bool:
 
 def check_store_target(out_dir: str | os.PathLike[str], *, overwrite: bool = False,
                        flag: str = "overwrite=True") -> None:
-    """Raise :class:`~vlr_plugins.data.errors.OutputExistsError` unless a store may be
+    """Raise :class:`~vlr_plugins.errors.OutputExistsError` unless a store may be
     written at ``out_dir``: nothing is there, or an empty folder, or (with ``overwrite``)
     a store. A file, or a non-empty folder that is not a store, is never replaced.
 
@@ -225,8 +232,6 @@ class EmbeddingStoreWriter:
             }
             with open(self._tmp / _INDEX, "x", encoding="utf-8") as f:
                 json.dump(index, f, ensure_ascii=False)
-                f.flush()
-                os.fsync(f.fileno())
             self._move_into_place()
         except BaseException:
             self.abort()
@@ -236,17 +241,7 @@ class EmbeddingStoreWriter:
 
     def _move_into_place(self) -> None:
         check_store_target(self.out_dir, overwrite=self.overwrite)  # it may have appeared since __init__
-        if not self.out_dir.exists():
-            os.replace(self._tmp, self.out_dir)
-            return
-        old = _sibling(self.out_dir, "old")
-        os.replace(self.out_dir, old)
-        try:
-            os.replace(self._tmp, self.out_dir)
-        except BaseException:
-            os.replace(old, self.out_dir)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self._tmp, self.out_dir, aside=_sibling(self.out_dir, "old"))
 
     def abort(self) -> None:
         """Discard everything written so far; ``out_dir`` is left as it was."""

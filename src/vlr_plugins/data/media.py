@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 
 __all__ = ["MediaSource", "StoredEmbeddings", "ImageFiles"]
 
@@ -43,7 +43,7 @@ class StoredEmbeddings:
     ``path``: an embedding-store folder. The store is opened on first use, and a pickled
     copy (a data-loader worker) opens its own, never sharing file handles.
     ``check(samples)`` reports every id without a row at once
-    (:class:`~vlr_plugins.data.MissingEmbeddingsError`).
+    (:class:`~vlr_plugins.errors.MissingEmbeddingsError`).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

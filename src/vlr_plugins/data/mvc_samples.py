@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.data.sample import _jsonl_records, _parquet_records, _Record
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.data.sample import _parquet_records, _Record
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["MVCSample", "MVC_TEXT_FIELDS", "MVC_SUMMARY_FIELDS", "MVC_DETAILED_FIELDS", "MVC_SAMPLE_SUFFIXES",
@@ -163,7 +164,7 @@ def read_mvc_samples(
     error (a misspelt view, ``D1_star``, would otherwise vanish from training), as is a
     value of the wrong type. Relative video paths are taken from ``video_root`` (default:
     the file's folder). Every record is validated before anything is returned; the first
-    problem raises :class:`~vlr_plugins.data.DataFormatError` naming the file, the line
+    problem raises :class:`~vlr_plugins.errors.DataFormatError` naming the file, the line
     (1-based) or Parquet row (0-based), and the field. A repeated id names both places.
 
     Reference: the supervision set C(v) of the multi-view-captions paper (sec. 3.1):
@@ -183,7 +184,7 @@ def read_mvc_samples(
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records, kind = _jsonl_records(path), "line"
+        records, kind = json_lines(path), "line"
     elif suffix == ".parquet":
         records, kind = _parquet_records(path, ("id", "video")), "row"
     else:

@@ -12,7 +12,7 @@ import csv
 import os
 from typing import NamedTuple
 
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 __all__ = ["NLITriplet", "NLI_COLUMNS", "read_nli_triplets"]

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins._io import fsync_dir, replace_dir
 from vlr_plugins.data.embedding_store import (
     _DTYPES,
     _INDEX,
@@ -44,8 +45,7 @@ from vlr_plugins.data.embedding_store import (
     _is_store,
     check_store_target,
 )
-from vlr_plugins.data.errors import DataFormatError, OutputExistsError, _type_name
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError, OutputExistsError, _type_name
 
 __all__ = [
     "ResumableEmbeddingStoreWriter",
@@ -79,26 +79,12 @@ def _replaced_dir_of(out_dir: str | os.PathLike[str]) -> Path:
     return out.with_name(f".{out.name}.replaced")
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable (where the file system allows it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _durable_replace(tmp: Path, path: Path) -> None:
     """Rename the finished file ``tmp`` onto ``path`` once its bytes are on disk."""
     with open(tmp, "rb") as f:  # written by safetensors, which does not fsync
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _write_json_durably(path: Path, obj: Any) -> None:
@@ -303,7 +289,7 @@ def check_resumable_target(
     settings; returns the rows it will keep (``None``: it starts from nothing).
 
     - A file, or a folder that is not a store, at ``out_dir`` (or foreign files in its work
-      folder) is never written: :class:`~vlr_plugins.data.errors.OutputExistsError`.
+      folder) is never written: :class:`~vlr_plugins.errors.OutputExistsError`.
     - Rows already there (a finished store, an interrupted run's parts) need ``resume`` (keep
       them, add the rest) or ``overwrite`` (start over); else ``OutputExistsError``, whose
       message names ``resume_flag`` and ``overwrite_flag`` (``vlr precompute`` says
@@ -350,9 +336,9 @@ def _finish_interrupted_close(out: Path) -> None:
         os.replace(work, out)  # the new store was finished: put it in place
     elif not out.exists():
         os.replace(old, out)  # the new store was not finished: the old one stays
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
         return
-    _fsync_dir(out.parent)
+    fsync_dir(out.parent)
     shutil.rmtree(old)
 
 
@@ -452,7 +438,7 @@ class ResumableEmbeddingStoreWriter:
     def _create_work(self) -> None:
         self.work_dir.mkdir()
         self._write_header()
-        _fsync_dir(self.work_dir.parent)
+        fsync_dir(self.work_dir.parent)
 
     def _write_header(self) -> None:
         _write_json_durably(self.work_dir / _HEADER, {"format": _WORK_FORMAT, "version": STORE_VERSION,
@@ -551,7 +537,6 @@ class ResumableEmbeddingStoreWriter:
                 "count": len(ids), "shards": [{"file": f, "count": n} for f, n in self._parts],
                 "ids": ids, "meta": self.meta})
             (self.work_dir / _HEADER).unlink()
-            _fsync_dir(self.work_dir)
             self._move_into_place()
         except BaseException:
             self._state = "interrupted"
@@ -561,17 +546,8 @@ class ResumableEmbeddingStoreWriter:
 
     def _move_into_place(self) -> None:
         check_store_target(self.out_dir, overwrite=True)  # something else may have appeared there since
-        parent = self.out_dir.parent
-        if not self.out_dir.exists():
-            os.replace(self.work_dir, self.out_dir)
-            _fsync_dir(parent)
-            return
-        old = _replaced_dir_of(self.out_dir)
-        os.replace(self.out_dir, old)
-        _fsync_dir(parent)
-        os.replace(self.work_dir, self.out_dir)
-        _fsync_dir(parent)
-        shutil.rmtree(old)
+        # the fixed aside name lets a rerun finish a move a kill interrupted (_finish_interrupted_close)
+        replace_dir(self.work_dir, self.out_dir, aside=_replaced_dir_of(self.out_dir))
 
     def interrupt(self) -> None:
         """Make the pending rows durable and stop: the work folder stays for a run with

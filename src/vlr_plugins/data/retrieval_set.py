@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.registry import READERS
 
 __all__ = ["RetrievalSet", "read_retrieval_jsonl"]
@@ -105,13 +104,7 @@ def read_retrieval_jsonl(path: str | os.PathLike, name: str | None = None) -> Re
     texts: list[str] = []
     owner: list[int] = []
     seen: dict[str, int] = {}
-    for line_no, line in utf8_lines(path):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFormatError(path, f"invalid JSON: {e.msg}", record=line_no) from None
+    for line_no, rec in json_lines(path):
         if not isinstance(rec, dict):
             raise DataFormatError(path, f"expected an object, found {type(rec).__name__}", record=line_no)
         if isinstance(rec.get("id"), bool) or not isinstance(rec.get("id"), (str, int)) or rec["id"] == "":

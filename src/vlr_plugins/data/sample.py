@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open
-from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.data._text_files import json_lines, utf8_lines
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = [
@@ -193,22 +193,6 @@ def sample_from_record(
     return _Record(raw, path, record, kind).sample(media_key, root)
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
-    # utf8_lines: a byte that is not UTF-8 is named by its line; a byte-order mark is dropped
-    for line_no, line in utf8_lines(path):
-        if not line.strip():
-            continue
-        try:
-            yield line_no, json.loads(line)
-        except json.JSONDecodeError as e:
-            hint = ""
-            if line_no == 1 and line.lstrip().startswith("["):
-                hint = "; this reader expects JSON Lines (one object per line), not an array"
-            raise DataFormatError(
-                path, f"invalid JSON: {e.msg} (column {e.colno}){hint}", record=line_no
-            ) from None
-
-
 def _require_columns(path: Path, columns: list[str], needed: Iterable[str], extra: str = "") -> None:
     for column in needed:
         if column not in columns:
@@ -317,7 +301,7 @@ def read_paragraph_samples(
     suffix = path.suffix.lower()
     needed = [k for k in (caption_key, media_key) if k]
     if suffix in _JSONL_SUFFIXES:
-        records, kind = _jsonl_records(path), "line"
+        records, kind = json_lines(path), "line"
     elif suffix in _PARQUET_SUFFIXES:
         records, kind = _parquet_records(path, needed), "row"
     elif suffix in _TABLE_SUFFIXES:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.schemas import FIELD_KINDS
+from vlr_plugins.errors import DataFormatError
 
 __all__ = [
     "TextSample",

@@ -18,8 +18,9 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.data.sample import _jsonl_records, _Record
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.data.sample import _Record
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["VIDEO_CAPTION_FIELDS", "VideoCaption", "read_video_captions"]
@@ -92,7 +93,7 @@ def read_video_captions(path: str | os.PathLike[str], *, video_root: str | os.Pa
     Every record is checked as it is read: its keys (``video``, ``caption``, ``start``,
     ``end``, ``id``; nothing else), their types, a non-empty caption, ``end`` after
     ``start``, and (``check_files``) that the video file exists; a bad one raises
-    :class:`~vlr_plugins.data.DataFormatError` naming the file, the line and the field.
+    :class:`~vlr_plugins.errors.DataFormatError` naming the file, the line and the field.
     Relative video paths are resolved against ``video_root`` (default: the file's folder).
     Whether a video decodes is known only when it is decoded (the training dataset reports
     it with the record's line).
@@ -106,7 +107,7 @@ def read_video_captions(path: str | os.PathLike[str], *, video_root: str | os.Pa
     if not path.is_file():
         raise DataFormatError(path, "no such file")
     root = Path(video_root) if video_root is not None else path.parent
-    out = [_pair(raw, path, line, root, check_files) for line, raw in _jsonl_records(path)]
+    out = [_pair(raw, path, line, root, check_files) for line, raw in json_lines(path)]
     if not out:
         raise DataFormatError(path, "no records; expected one JSON object per line with video and caption")
     return out

@@ -9,14 +9,11 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.data.video import CLIP_SAMPLERS, VIDEO_BACKENDS, VideoDecodeError, sample_frames
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
-__all__ = ["VideoClips", "CLIP_SAMPLERS"]
+__all__ = ["VideoClips"]
 
-#: frame samplers that give every clip the same number of frames (``fps`` does not)
-CLIP_SAMPLERS = ("rand", "middle", "uniform")
 _SHOWN = 20
 
 
@@ -35,7 +32,7 @@ class VideoClips:
     ``check_files``, that every file exists (all missing ones reported at once, before
     the first step; a corpus of millions on a slow file system may skip it). A file that
     cannot be decoded, or a clip window past the video's end, stops the step with a
-    :class:`~vlr_plugins.data.DataFormatError` naming the file and the sample.
+    :class:`~vlr_plugins.errors.DataFormatError` naming the file and the sample.
 
     Picklable (no open decoder), so it travels into data-loader workers.
 

@@ -14,6 +14,7 @@ from vlr_plugins.eval.protocols import (
     protocol_entries,
     token_budgets,
 )
+from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias
 from vlr_plugins.eval.tables import fill_table, list_tables, plot_table, table_markdown
@@ -43,6 +44,7 @@ __all__ = [
     "protocol_entries",
     "read_benchmark",
     "rebias",
+    "rerank_pairs",
     "retrieval_recall",
     "table_markdown",
     "token_budgets",

@@ -21,9 +21,8 @@ from typing import Any
 import yaml
 
 from vlr_plugins.data._text_files import read_utf8
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.retrieval_set import RetrievalSet
-from vlr_plugins.errors import ConfigError, MissingFileError
+from vlr_plugins.errors import ConfigError, DataFormatError, MissingFileError, _type_name
 
 __all__ = ["BenchmarkSpec", "load_benchmark_specs", "read_benchmark"]
 
@@ -148,7 +147,7 @@ def load_benchmark_specs(path: str | os.PathLike, *, require_stores: bool = True
 
     Relative paths are taken relative to the YAML file. Everything that can be checked
     without reading the benchmarks is checked here, and the first problem is one
-    :class:`~vlr_plugins.data.errors.DataFormatError` naming the file, the benchmark
+    :class:`~vlr_plugins.errors.DataFormatError` naming the file, the benchmark
     (1-based) and the key: not YAML, an unknown key, a missing or empty required key, a
     repeated name, an unknown reader or one that reads no retrieval benchmark, an
     argument the reader does not take (``args.<name>``; the message lists those it

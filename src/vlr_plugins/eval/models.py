@@ -37,6 +37,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vlr_plugins.errors import ConfigError, UsageError
+from vlr_plugins.eval.rerank import rerank_pairs
 
 __all__ = ["TextModel", "encode_with_model", "imported_text_model", "match_reranker", "takes_keyword",
            "text_model_dim"]
@@ -139,9 +140,8 @@ def match_reranker(model: Any, item_ids: Sequence[str], texts: Sequence[str],
 
     def rerank(queries: torch.Tensor, candidates: torch.Tensor, direction: str) -> torch.Tensor:
         q, k = candidates.shape
-        spread = queries[:, None].expand(q, k)
-        items, text_rows = (spread, candidates) if direction == "i2t" else (candidates, spread)
-        items, text_rows = items.reshape(-1).cpu(), text_rows.reshape(-1).cpu()
+        items, text_rows = rerank_pairs(queries, candidates, direction)
+        items, text_rows = items.cpu(), text_rows.cpu()
         with torch.no_grad():
             out = model.match_scores([item_ids[i] for i in items.tolist()], item_emb[items],
                                      [texts[j] for j in text_rows.tolist()])

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
 __all__ = ["FUNCTION_WORDS", "content_words", "content_jaccard", "word_count", "mvc_audit", "paragraph_audit",
            "read_corpus", "corpus_audit", "format_audit", "plot_audit"]
@@ -167,17 +167,10 @@ def read_corpus(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise MissingFileError(f"{p}: no such corpus file or folder")
     records = []
     for f in files:
-        with open(f, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(f, f"invalid JSON: {e.msg} (column {e.colno})", record=line_no) from None
-                if not isinstance(record, dict):
-                    raise DataFormatError(f, "expected a JSON object", record=line_no)
-                records.append(record)
+        for line_no, record in json_lines(f):
+            if not isinstance(record, dict):
+                raise DataFormatError(f, "expected a JSON object", record=line_no)
+            records.append(record)
     if not records:
         raise DataFormatError(p, "no records")
     return records

@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._io import atomic_open, atomic_write_json
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.errors import DataFormatError
 
 __all__ = ["CORPUS_FORMAT", "CorpusFolder", "ordered_record"]
 
 CORPUS_FORMAT = "vlr-generate-corpus"
 _VERSION = 1
+_CHANGED_PART = "; a part is written whole, so the file was changed after the run"
 
 
 def ordered_record(record: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
@@ -85,15 +87,7 @@ class CorpusFolder:
 
     def read_part(self, stage: str, k: int) -> list[dict[str, Any]]:
         path = self.part(stage, k)
-        out = []
-        with open(path, encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(path, f"invalid JSON: {e.msg} (column {e.colno}); a part is written "
-                                                "whole, so the file was changed after the run", record=line_no) from None
-        return out
+        return [record for _, record in json_lines(path, skip_blank=False, note=_CHANGED_PART)]
 
     def missing_parts(self, stage: str, count: int) -> list[int]:
         return [k for k in range(count) if not self.has_part(stage, k)]

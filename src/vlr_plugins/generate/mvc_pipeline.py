@@ -27,15 +27,14 @@ corpus unchanged. A view whose request failed is ``null``, and its failure is in
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vlr_plugins.chat.media import video_part
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.generate.parsing import parse_list_answer, parse_text_answer, strip_thinking
 from vlr_plugins.generate.stage import Stage, StepContext, failure_entry, record_seed
 
@@ -174,36 +173,24 @@ class MVCPipeline:
         root = os.path.abspath(keys.get("media_root") or os.path.dirname(os.path.abspath(path)))
         frames = dict(options["frames"])
         first_seen: dict[str, int] = {}
-        with open(path, "rb") as f:
-            for line_no, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataFormatError(path, f"not UTF-8 text: byte 0x{raw[e.start]:02x} cannot be decoded",
-                                          record=line_no) from None
-                if not line.strip():
-                    continue
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(path, f"invalid JSON: {e.msg} (column {e.colno})", record=line_no) from None
-                if not isinstance(item, dict):
-                    raise DataFormatError(path, f"expected a JSON object, found {_json_type(item)}", record=line_no)
-                rid = item.get("id")
-                if isinstance(rid, bool) or not isinstance(rid, (str, int)) or not str(rid).strip():
-                    raise DataFormatError(path, f"expected a non-empty string or an integer, found {rid!r}",
-                                          record=line_no, field="id")
-                if str(rid) in first_seen:
-                    raise DataFormatError(path, f"duplicate id {str(rid)!r}, first seen on line {first_seen[str(rid)]}",
-                                          record=line_no, field="id")
-                first_seen[str(rid)] = line_no
-                for key in (caption_key, media_key):
-                    value = item.get(key)
-                    if not isinstance(value, str) or not value.strip():
-                        raise DataFormatError(path, f"expected a non-empty string, found {_json_type(value)}",
-                                              record=line_no, field=key)
-                yield {"id": str(rid), "video": os.path.join(root, item[media_key]), "O": item[caption_key],
-                       "frames": frames, "failures": [], "generated_by": {}}
+        for line_no, item in json_lines(path):
+            if not isinstance(item, dict):
+                raise DataFormatError(path, f"expected a JSON object, found {_json_type(item)}", record=line_no)
+            rid = item.get("id")
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)) or not str(rid).strip():
+                raise DataFormatError(path, f"expected a non-empty string or an integer, found {rid!r}",
+                                      record=line_no, field="id")
+            if str(rid) in first_seen:
+                raise DataFormatError(path, f"duplicate id {str(rid)!r}, first seen on line {first_seen[str(rid)]}",
+                                      record=line_no, field="id")
+            first_seen[str(rid)] = line_no
+            for key in (caption_key, media_key):
+                value = item.get(key)
+                if not isinstance(value, str) or not value.strip():
+                    raise DataFormatError(path, f"expected a non-empty string, found {_json_type(value)}",
+                                          record=line_no, field=key)
+            yield {"id": str(rid), "video": os.path.join(root, item[media_key]), "O": item[caption_key],
+                   "frames": frames, "failures": [], "generated_by": {}}
 
     def check_record(self, record: dict[str, Any], path: str | os.PathLike[str], line: int) -> None:
         """Every view a non-empty string or null (a failed one), ``O`` a string."""

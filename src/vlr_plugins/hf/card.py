@@ -17,7 +17,7 @@ from typing import Any
 
 from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.data.text_views import TextView
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 
 __all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "METRIC_NAMES"]
 
@@ -150,8 +150,6 @@ def write_model_card(card, folder: str | os.PathLike) -> str:
 def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, Any]:
     """Several `vlr eval` ``results.json`` of one model merged (later files win per benchmark):
     ``{"recall": {bench: metrics}, "budgets": {bench: n}}``."""
-    from vlr_plugins.data.errors import DataFormatError
-
     merged: dict[str, Any] = {"recall": {}, "budgets": {}}
     from vlr_plugins.data._text_files import read_utf8
 

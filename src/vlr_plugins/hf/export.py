@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 from vlr_plugins._io import replace_dir
-from vlr_plugins.data.errors import OutputExistsError
 from vlr_plugins.data.text_views import TextView
-from vlr_plugins.errors import ConfigError, loading_pretrained
+from vlr_plugins.errors import ConfigError, OutputExistsError, loading_pretrained
 from vlr_plugins.hf.family import FAMILY
 
 __all__ = ["check_export_target", "export_text_encoder"]
@@ -96,7 +95,7 @@ def _registered_for_auto_class(model: torch.nn.Module) -> Iterator[None]:
 
 def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,
                         flag: str = "overwrite=True") -> None:
-    """Raise :class:`~vlr_plugins.data.errors.OutputExistsError` unless an export may be
+    """Raise :class:`~vlr_plugins.errors.OutputExistsError` unless an export may be
     written at ``out_dir``: nothing is there, or (with ``overwrite``) an empty folder or an
     earlier export (a ``config.json`` beside ``*.safetensors``). A file, or a folder that
     holds anything else, is never replaced: replacing means deleting it.

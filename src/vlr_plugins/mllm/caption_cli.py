@@ -36,8 +36,7 @@ def _videos(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vlr_plugins.data.errors import OutputExistsError
-    from vlr_plugins.errors import UsageError
+    from vlr_plugins.errors import OutputExistsError, UsageError
     from vlr_plugins.mllm.caption_run import caption_videos
     from vlr_plugins.mllm.caption_settings import load_caption_settings
     from vlr_plugins.mllm.captions_file import CaptionsFile

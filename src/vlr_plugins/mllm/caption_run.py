@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.mllm.captions_file import CaptionsFile, failures_path_of
 
 __all__ = ["VIDEO_SUFFIXES", "CaptionRun", "caption_videos", "videos_in_folder"]

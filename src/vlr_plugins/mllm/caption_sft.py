@@ -19,9 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.video_captions import VideoCaption, read_video_captions
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.mllm.media_input import VideoInput, processor_video_kwargs
 
 __all__ = ["CAPTION_INSTRUCTION", "IGNORE_INDEX", "VideoCaptionSFTDataset", "collate_caption_sft",
@@ -85,7 +84,7 @@ class VideoCaptionSFTDataset(Dataset):
     An item: ``input_ids`` / ``labels`` ``(L,)`` (labels -100 on the prompt) and the
     processor's video tensors (Qwen2-VL: ``pixel_values_videos`` (patches, D),
     ``video_grid_thw`` (1, 3)). A video that cannot be decoded raises
-    :class:`~vlr_plugins.data.DataFormatError` naming the file, its line and ``video``.
+    :class:`~vlr_plugins.errors.DataFormatError` naming the file, its line and ``video``.
 
     Example::
 

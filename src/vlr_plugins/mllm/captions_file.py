@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError, OutputExistsError
-from vlr_plugins.errors import UsageError
+from vlr_plugins.data._text_files import json_lines
+from vlr_plugins.errors import DataFormatError, OutputExistsError, UsageError
 
 __all__ = ["CaptionsFile", "settings_path_of", "failures_path_of"]
 
@@ -88,22 +88,20 @@ class CaptionsFile:
             atomic_write_json(record, self.settings)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _read(self) -> dict[str, str]:
+    def _cut_partial_line(self) -> bool:
+        """Cut off a partial last line (the record a kill interrupted: it is captioned again)."""
         data = self.path.read_bytes()
         cut = data.rfind(b"\n") + 1
-        self.cut_partial_line = cut < len(data)
-        if self.cut_partial_line:  # the record a kill interrupted: it is captioned again
-            os.truncate(self.path, cut)
+        if cut == len(data):
+            return False
+        os.truncate(self.path, cut)
+        return True
+
+    def _read(self) -> dict[str, str]:
+        self.cut_partial_line = self._cut_partial_line()
         done: dict[str, str] = {}
         first: dict[str, int] = {}
-        for line_no, line in enumerate(data[:cut].decode("utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(self.path, f"not a captions record: invalid JSON ({e.msg})", record=line_no) \
-                    from None
+        for line_no, rec in json_lines(self.path):
             if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("caption"), str):
                 raise DataFormatError(self.path, "expected {\"id\": string, \"caption\": string}", record=line_no)
             if rec["id"] in first:

@@ -23,7 +23,6 @@ What ``vlr precompute --images SRC --encoder SPEC --out STORE`` expects:
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +32,9 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name, image_encoder_error
 from vlr_plugins._imports import import_attr
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.data._text_files import json_line, utf8_lines
+from vlr_plugins.errors import DataFormatError, MissingFileError, _type_name, image_encoder_error
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -109,10 +107,7 @@ def _list_entry(list_file: Path, line_no: int, line: str) -> tuple[str, str, dic
     def bad(field: str | None, problem: str) -> DataFormatError:
         return DataFormatError(list_file, problem, record=line_no, field=field)
 
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise bad(None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    raw = json_line(list_file, line_no, line)
     if not isinstance(raw, dict):
         raise bad(None, f"expected a JSON object with 'id' and 'path', found {_type_name(raw)}")
     item_id, path = raw.get("id"), raw.get("path")

@@ -18,8 +18,7 @@ import torch
 
 from vlr_plugins._imports import import_attr
 from vlr_plugins.data._text_files import read_utf8
-from vlr_plugins.data.errors import VideoEncoderError, _type_name
-from vlr_plugins.errors import MissingFileError, loading_pretrained
+from vlr_plugins.errors import MissingFileError, VideoEncoderError, _type_name, loading_pretrained
 
 __all__ = ["configured_tower", "imported_tower", "open_clip_tower", "tower_error", "tower_geometry",
            "trained_tower"]

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.precompute.images import _list_entry, _path_id
-from vlr_plugins.errors import MissingFileError
 
 __all__ = ["VIDEO_SUFFIXES", "VideoItem", "benchmark_videos", "list_videos"]
 

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.data.errors import DataFormatError, VideoEncoderError, _type_name
 from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, _named, check_resumable_target
-from vlr_plugins.data.video import VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
+from vlr_plugins.data.video import CLIP_SAMPLERS, VIDEO_BACKENDS, VideoDecodeError, sample_frames, video_transform
+from vlr_plugins.errors import DataFormatError, VideoEncoderError, _type_name
 from vlr_plugins.precompute.video_encoders import _tower_device, _tower_dim, tower_geometry
 from vlr_plugins.precompute.video_sources import VideoItem
 
@@ -33,7 +33,7 @@ __all__ = ["VIDEO_SAMPLERS", "failures_path_of", "precompute_video_embeddings", 
 
 #: The frame samplers a store can be written with: they give every video the same number
 #: of frames (``fps`` does not, so it is not one of them).
-VIDEO_SAMPLERS = ("rand", "middle", "uniform")
+VIDEO_SAMPLERS = CLIP_SAMPLERS
 
 
 def video_store_meta(tower: Any, encoder: str, *, frames: int, sampler: str, seed: int, backend: str) -> dict[str, Any]:

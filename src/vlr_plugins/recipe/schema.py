@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vlr_plugins.data.text_views import TextView, TextViews
+from vlr_plugins.data.video.sampling import ClipSampler
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.overrides import ValueSources
 
@@ -59,7 +60,7 @@ class VideoSpec:
     checkpoint: str | None = None
     checkpoint_layout: Literal["auto", "videomae", "umt", "smile", "native"] = "auto"
     frames: int = 16
-    sampler: Literal["rand", "middle", "uniform"] = "rand"
+    sampler: ClipSampler = "rand"
     image_size: int = 224
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None

@@ -7,8 +7,7 @@ import os
 import torch
 
 from vlr_plugins.checkpoint_meta import load_weights_only
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import DataFormatError, MissingFileError
 from vlr_plugins.registry import MODELS
 
 __all__ = ["load_blip_text_encoder", "load_text_encoder_checkpoint"]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_activitynet
+from vlr_plugins.errors import DataFormatError
 
 VAL_1 = {
     "v_QOlSCBRmfWY": {

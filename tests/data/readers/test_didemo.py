@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_didemo
+from vlr_plugins.errors import DataFormatError
 
 
 def moment(video, description, times=((1, 1), (1, 2)), annotation_id=0):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_docci
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_dream1k
+from vlr_plugins.errors import DataFormatError
 
 
 def tarsier_main(vid, description, events, dataset="DREAM/movie_animation", video="<placeholder>"):

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from vlr_plugins.data import DataFormatError, RetrievalSet
+from vlr_plugins.data import RetrievalSet
 from vlr_plugins.data.readers import read_flickr30k
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 # image -> (Karpathy split, captions); the real files hold 31,014 images x 5 captions

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_msrvtt
+from vlr_plugins.errors import DataFormatError
 
 JSFUSION = """key,vid_key,video_id,sentence
 ret0,msr7579,video7579,a girl wearing red top and black trousers is putting a sweater on a dog

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import read_msvd
+from vlr_plugins.errors import DataFormatError
 
 DESCRIPTIONS = """# Microsoft Research Video Description Corpus
 # VideoID Description

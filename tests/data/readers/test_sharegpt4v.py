@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from vlr_plugins.data import DataFormatError
 from vlr_plugins.data.readers import PAPER_SAMPLE, read_sharegpt4v
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 PROMPT = "<image>\nWhat do you see happening in this image?"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 pytest.importorskip("mmengine")
-from vlr_plugins.data import DataFormatError, MissingEmbeddingsError  # noqa: E402
+from vlr_plugins.errors import DataFormatError, MissingEmbeddingsError  # noqa: E402
 from vlr_plugins.integrations.mmengine.dataset import (  # noqa: E402
     ParagraphTextViewsDataset,
     RetrievalEvalDataset,

@@ -11,7 +11,8 @@ import torch
 pytest.importorskip("open_clip_train")
 import open_clip  # noqa: E402
 
-from vlr_plugins.data import DataFormatError, draw_item  # noqa: E402
+from vlr_plugins.data import draw_item  # noqa: E402
+from vlr_plugins.errors import DataFormatError  # noqa: E402
 from vlr_plugins.integrations.open_clip import (  # noqa: E402
     SampleTokenizer,
     TextViewsImageDataset,

@@ -14,7 +14,7 @@ pytest.importorskip("open_clip_train")
 import open_clip  # noqa: E402
 import torchvision.transforms as T  # noqa: E402
 
-from vlr_plugins.data import DataFormatError  # noqa: E402
+from vlr_plugins.errors import DataFormatError  # noqa: E402
 from vlr_plugins.integrations.open_clip import SampleTokenizer  # noqa: E402
 from vlr_plugins.integrations.open_clip.text_batch import TextBatch  # noqa: E402
 from vlr_plugins.integrations.open_clip.webdataset import get_wds_text_views_data  # noqa: E402

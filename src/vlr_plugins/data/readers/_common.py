@@ -1,6 +1,6 @@
 """What every reader shares: JSON loading, record checks, and building the RetrievalSet.
 
-Checks raise :class:`~vlr_plugins.data.errors.DataFormatError` through an ``error(field,
+Checks raise :class:`~vlr_plugins.errors.DataFormatError` through an ``error(field,
 problem)`` function bound to one record (:func:`record_error`), so that each message names
 the file, the record and the field the same way in every reader.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from vlr_plugins.data._text_files import read_utf8, utf8_lines
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError, _type_name
 
 ErrorFn = Callable[[str | None, str], DataFormatError]
 
@@ -84,16 +84,6 @@ def text_lines(path: str) -> Iterator[tuple[int, str]]:
     for line_no, line in utf8_lines(path):
         if line.strip():
             yield line_no, line
-
-
-def json_lines(path: str) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` for every non-blank line of a JSON Lines file, lazily."""
-    for line_no, line in text_lines(path):
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _invalid_json(path, e, line_no) from None
-        yield line_no, value
 
 
 def first_char(path: str) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -16,6 +14,7 @@ from vlr_plugins.data.readers._common import (
     text_value,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import ConfigError, DataFormatError, _type_name
 
 #: The split labels of Karpathy's ``dataset_*.json`` files (``restval`` only in COCO's).
 KARPATHY_SPLITS = ("train", "val", "test", "restval")

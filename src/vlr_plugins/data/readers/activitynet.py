@@ -6,7 +6,6 @@ import math
 import os
 from typing import Any
 
-from vlr_plugins.data.errors import _type_name
 from vlr_plugins.data.readers._common import (
     ErrorFn,
     SetBuilder,
@@ -17,6 +16,7 @@ from vlr_plugins.data.readers._common import (
 )
 from vlr_plugins.data.readers._vindlu import caption_list_set, join_paragraph
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_activitynet"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.readers._common import (
     SetBuilder,
     expect_list,
@@ -16,6 +15,7 @@ from vlr_plugins.data.readers._common import (
     text_list,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["CAREBENCH_CATEGORIES", "CAREBENCH_TEXT_KINDS", "read_carebench"]

@@ -6,7 +6,6 @@ import json
 import os
 from typing import Any
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
 from vlr_plugins.data.readers._common import (
     ErrorFn,
     build_set,
@@ -19,6 +18,7 @@ from vlr_plugins.data.readers._common import (
 )
 from vlr_plugins.data.readers._karpathy import karpathy_set
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_coco_captions", "read_coco_karpathy"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from vlr_plugins.data.errors import _type_name
 from vlr_plugins.data.readers._common import (
     SetBuilder,
     expect_list,
@@ -16,6 +15,7 @@ from vlr_plugins.data.readers._common import (
 )
 from vlr_plugins.data.readers._vindlu import caption_list_set, join_paragraph
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_didemo"]

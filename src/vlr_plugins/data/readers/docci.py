@@ -5,17 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
-    json_lines,
     one_of,
     record_error,
     text_value,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.registry import READERS
 
 __all__ = ["DOCCI_SPLITS", "read_docci"]

@@ -6,20 +6,20 @@ import json
 import os
 from typing import Any
 
-from vlr_plugins.data.errors import _type_name
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     ErrorFn,
     SetBuilder,
     expect_list,
     expect_object,
     first_char,
-    json_lines,
     load_json,
     record_error,
     text_field,
     text_list,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_dream1k"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -17,6 +15,7 @@ from vlr_plugins.data.readers._common import (
 )
 from vlr_plugins.data.readers._karpathy import KARPATHY_SPLITS, karpathy_set
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import ConfigError, DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["KARPATHY_SPLITS", "read_flickr30k"]

@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 from vlr_plugins.data._text_files import utf8_lines
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.readers._common import (
     SetBuilder,
     expect_list_fields,
@@ -18,6 +17,7 @@ from vlr_plugins.data.readers._common import (
 )
 from vlr_plugins.data.readers._vindlu import caption_list_set
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_msrvtt"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.readers._common import SetBuilder, load_json, reject_pickle, text_lines
 from vlr_plugins.data.readers._vindlu import caption_list_set
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.registry import READERS
 
 __all__ = ["read_msvd"]

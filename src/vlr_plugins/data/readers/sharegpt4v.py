@@ -8,8 +8,6 @@ import random
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
-from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     build_set,
     expect_object,
@@ -18,6 +16,7 @@ from vlr_plugins.data.readers._common import (
     text_value,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import ConfigError, DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["PAPER_SAMPLE", "read_sharegpt4v"]

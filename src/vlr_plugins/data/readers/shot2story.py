@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 
-from vlr_plugins.data.errors import _type_name
-from vlr_plugins.errors import ConfigError
 from vlr_plugins.data.readers._common import (
     SetBuilder,
     expect_list,
@@ -17,6 +15,7 @@ from vlr_plugins.data.readers._common import (
     text_field,
 )
 from vlr_plugins.data.retrieval_set import RetrievalSet
+from vlr_plugins.errors import ConfigError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["SHOT2STORY_LEVELS", "read_shot2story"]

@@ -7,7 +7,7 @@ by the functions that use them (install ``vlr-plugins[video]``). See docs/video.
 from vlr_plugins.data.video.decode import VIDEO_BACKENDS, read_frames, sample_frames, video_info
 from vlr_plugins.data.video.errors import VideoDecodeError
 from vlr_plugins.data.video.info import VideoInfo
-from vlr_plugins.data.video.sampling import FRAME_STRATEGIES, frame_indices, window_frames
+from vlr_plugins.data.video.sampling import CLIP_SAMPLERS, FRAME_STRATEGIES, frame_indices, window_frames
 from vlr_plugins.data.video.transforms import (
     CLIP_MEAN,
     CLIP_STD,
@@ -18,6 +18,7 @@ from vlr_plugins.data.video.transforms import (
 )
 
 __all__ = [
+    "CLIP_SAMPLERS",
     "FRAME_STRATEGIES",
     "frame_indices",
     "window_frames",

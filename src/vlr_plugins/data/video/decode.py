@@ -10,7 +10,7 @@ in C++ on the system's FFmpeg libraries; slower than PyAV in docs/benchmarks.md)
 index every frame of the file before decoding and return the same frames; what each
 does is in docs/video.md. A file that
 cannot be read raises :class:`~vlr_plugins.data.video.VideoDecodeError` (a
-:class:`~vlr_plugins.data.DataFormatError`) naming the path and the decoder's reason.
+:class:`~vlr_plugins.errors.DataFormatError`) naming the path and the decoder's reason.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 
-from vlr_plugins.data.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError
 
 __all__ = ["VideoDecodeError"]
 
 
 class VideoDecodeError(DataFormatError):
     """A video file that is missing, unreadable, empty, truncated, not a video, or fails to
-    decode; a :class:`~vlr_plugins.data.DataFormatError`.
+    decode; a :class:`~vlr_plugins.errors.DataFormatError`.
 
     ``str(err)`` reads ``clips/v1.mp4: cannot open the video (pyav): Invalid data found
     when processing input``: the path, then what failed and the decoder's own reason.

@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 
-__all__ = ["FRAME_STRATEGIES", "frame_indices", "window_frames"]
+__all__ = ["CLIP_SAMPLERS", "ClipSampler", "FRAME_STRATEGIES", "frame_indices", "window_frames"]
 
-FRAME_STRATEGIES = ("rand", "middle", "uniform", "fps")
+#: the strategies that give every clip the same number of frames (``fps`` does not): how
+#: training clips (a recipe's ``video.sampler``) and the rows of a video store are sampled
+ClipSampler = Literal["rand", "middle", "uniform"]
+CLIP_SAMPLERS: tuple[str, ...] = get_args(ClipSampler)
+FRAME_STRATEGIES = (*CLIP_SAMPLERS, "fps")
 # a window edge within this many frames of a frame's start counts as on it (float seconds)
 _EDGE_EPS = 1e-6
 

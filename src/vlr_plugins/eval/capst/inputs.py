@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vlr_plugins.data.errors import DataFormatError, _type_name
+from vlr_plugins.data._text_files import json_lines
 from vlr_plugins.data.readers._common import (
     expect_object,
-    json_lines,
     load_json,
     record_error,
     text_value,
 )
 from vlr_plugins.data.readers.carebench import read_carebench
+from vlr_plugins.errors import DataFormatError, _type_name
 
 __all__ = ["CapstReference", "read_captions_jsonl", "read_carebench_references"]
 

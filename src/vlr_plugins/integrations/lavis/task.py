@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from vlr_plugins.errors import ConfigError
+from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.integrations.lavis._registry import register
 from vlr_plugins.integrations.lavis.datasets import (
@@ -217,12 +218,7 @@ class VlrRetrievalTask(RetrievalTask):
 
         def score(query: torch.Tensor, cand: torch.Tensor, direction: str) -> torch.Tensor:
             q, k = cand.shape
-            if direction == "i2t":
-                img = query[:, None].expand(q, k).reshape(-1)
-                txt = cand.reshape(-1)
-            else:
-                txt = query[:, None].expand(q, k).reshape(-1)
-                img = cand.reshape(-1)
+            img, txt = rerank_pairs(query, cand, direction)
             out = torch.empty(q * k, device=device)
             for lo in range(0, q * k, self.batch_size):
                 t, i = txt[lo: lo + self.batch_size], img[lo: lo + self.batch_size]

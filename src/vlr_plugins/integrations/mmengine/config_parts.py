@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.data.errors import DataFormatError
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["count_samples", "text_encoder_shape", "tokenizer_setting", "batch_layout", "check_train_file",

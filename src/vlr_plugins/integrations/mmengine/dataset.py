@@ -18,12 +18,11 @@ from torch.utils.data import Dataset
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.media import StoredEmbeddings
 from vlr_plugins.data.retrieval_set import read_retrieval_jsonl
 from vlr_plugins.data.sample import read_paragraph_samples
 from vlr_plugins.data.text_views import TextView, TextViews
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.recipe import EvalSplit
 from vlr_plugins.text.pretrained import load_tokenizer

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.errors import MissingFileError, UsageError, UserError
+from vlr_plugins.errors import DataFormatError, MissingFileError, UsageError, UserError
 from vlr_plugins.integrations.mmengine.config import text_encoder_shape
 from vlr_plugins.integrations.mmengine.dataset import (
     ParagraphTextViewsDataset,
@@ -64,8 +64,8 @@ def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
     ``train.amp`` against the machine).
 
     Raises a :class:`~vlr_plugins.errors.UserError` naming the file, record and field
-    (:class:`~vlr_plugins.data.DataFormatError`), every missing embedding
-    (:class:`~vlr_plugins.data.MissingEmbeddingsError`), or the recipe key and where it
+    (:class:`~vlr_plugins.errors.DataFormatError`), every missing embedding
+    (:class:`~vlr_plugins.errors.MissingEmbeddingsError`), or the recipe key and where it
     was set (:class:`~vlr_plugins.recipe.RecipeError`).
     """
     from mmengine.device import get_device
@@ -169,7 +169,6 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
     a shorter one stop mid-schedule. Errors name ``option`` and the setting to change
     (``settings``: the user's name of each ``train_cfg`` key, default ``train_cfg.<key>``)."""
     from vlr_plugins.checkpoint_meta import load_weights_only
-    from vlr_plugins.data.errors import DataFormatError
 
     p = Path(path)
     if not p.is_file():

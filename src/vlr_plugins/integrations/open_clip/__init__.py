@@ -10,31 +10,29 @@ use of any name here, or by :func:`register_long_context_configs`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from vlr_plugins._lazy import lazy_exports
 from vlr_plugins.integrations.open_clip.cli import add_cli
 
 _LAZY = {
-    "TextBatch": "text_batch",
-    "TextItem": "text_batch",
-    "collate_text_batch": "text_batch",
-    "TextBatchCLIP": "model",
-    "OpenCLIPLoss": "loss",
-    "build_openclip_loss": "loss",
-    "SampleTokenizer": "dataset",
-    "TextViewsImageDataset": "dataset",
-    "first_sentence": "dataset",
-    "read_image_text_samples": "dataset",
-    "add_long_context_config": "long_context",
-    "create_long_context_model": "long_context",
-    "create_long_context_model_and_transforms": "long_context",
-    "long_context_config": "long_context",
-    "parse_long_context_name": "long_context",
-    "register_long_context_configs": "long_context",
-    "VLRTrainOptions": "patch",
-    "patched_open_clip_train": "patch",
-    "main": "train",
+    "TextBatch": "vlr_plugins.integrations.open_clip.text_batch",
+    "TextItem": "vlr_plugins.integrations.open_clip.text_batch",
+    "collate_text_batch": "vlr_plugins.integrations.open_clip.text_batch",
+    "TextBatchCLIP": "vlr_plugins.integrations.open_clip.model",
+    "OpenCLIPLoss": "vlr_plugins.integrations.open_clip.loss",
+    "build_openclip_loss": "vlr_plugins.integrations.open_clip.loss",
+    "SampleTokenizer": "vlr_plugins.integrations.open_clip.dataset",
+    "TextViewsImageDataset": "vlr_plugins.integrations.open_clip.dataset",
+    "first_sentence": "vlr_plugins.integrations.open_clip.dataset",
+    "read_image_text_samples": "vlr_plugins.integrations.open_clip.dataset",
+    "add_long_context_config": "vlr_plugins.integrations.open_clip.long_context",
+    "create_long_context_model": "vlr_plugins.integrations.open_clip.long_context",
+    "create_long_context_model_and_transforms": "vlr_plugins.integrations.open_clip.long_context",
+    "long_context_config": "vlr_plugins.integrations.open_clip.long_context",
+    "parse_long_context_name": "vlr_plugins.integrations.open_clip.long_context",
+    "register_long_context_configs": "vlr_plugins.integrations.open_clip.long_context",
+    "VLRTrainOptions": "vlr_plugins.integrations.open_clip.patch",
+    "patched_open_clip_train": "vlr_plugins.integrations.open_clip.patch",
+    "main": "vlr_plugins.integrations.open_clip.train",
 }
 
 __all__ = [
@@ -61,16 +59,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+def _register_configs() -> None:
     from vlr_plugins.integrations.open_clip.long_context import register_long_context_configs
 
     register_long_context_configs()
-    globals()[name] = value
-    return value
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__, on_load=_register_configs)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from vlr_plugins.errors import ConfigError, MissingFileError, UsageError, loading_pretrained
+from vlr_plugins.errors import ConfigError, DataFormatError, MissingFileError, UsageError, loading_pretrained
 
 __all__ = ["OpenCLIPTextModel", "load_open_clip_text_model"]
 
@@ -65,8 +65,6 @@ def _checked_file(path: str) -> None:
     """A checkpoint file torch (or safetensors) reads without running code, else one error naming it."""
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError, safe_open
-
-        from vlr_plugins.data.errors import DataFormatError
 
         try:
             with safe_open(path, framework="pt"):

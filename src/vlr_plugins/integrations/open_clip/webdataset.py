@@ -18,10 +18,10 @@ from functools import partial
 from typing import Any
 
 from vlr_plugins.data.dataset import draw_item
-from vlr_plugins.data.errors import DataFormatError
 from vlr_plugins.data.media import StoredEmbeddings
 from vlr_plugins.data.sample import sample_from_record
 from vlr_plugins.data.text_views import check_samples_have_views
+from vlr_plugins.errors import DataFormatError
 from vlr_plugins.integrations.open_clip.dataset import SampleTokenizer
 from vlr_plugins.integrations.open_clip.text_batch import collate_text_batch
 
