@@ -11,7 +11,6 @@ functions that use them.
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-)
 from vlr_plugins.data.resumable_store import (
     ResumableEmbeddingStoreWriter,
     StoreProgress,
