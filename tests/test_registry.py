@@ -47,7 +47,7 @@ def test_replacing_a_different_object_is_refused():
 def test_unknown_names_list_what_exists():
     with pytest.raises(KeyError, match="no loss named .NoSuchLoss.; known: .*InfoNCELoss"):
         LOSSES.get("NoSuchLoss")
-    with pytest.raises(KeyError, match="needs a 'type' key"):
+    with pytest.raises(KeyError, match="a loss config needs a 'type' key"):
         LOSSES.build({"temperature": 0.1})
 
 

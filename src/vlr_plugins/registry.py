@@ -100,7 +100,7 @@ class Registry:
     def build(self, cfg: dict[str, Any]) -> Any:
         """Build ``cfg['type'](**rest)``; ``cfg`` is not modified."""
         if "type" not in cfg:
-            raise KeyError(f"a {self.kind} config needs a 'type' key, got keys {sorted(cfg)}")
+            raise KeyError(f"a {_singular(self.kind)} config needs a 'type' key, got keys {sorted(cfg)}")
         rest = {k: v for k, v in cfg.items() if k != "type"}
         return self.get(cfg["type"])(**rest)
 

@@ -112,7 +112,9 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     """Add ``vlr precompute`` to the ``vlr`` command's subparsers."""
+    from vlr_plugins.data.video import VIDEO_BACKENDS
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
+    from vlr_plugins.precompute.videos import VIDEO_SAMPLERS
 
     s = sub.add_parser(
         "precompute", help="embed images or videos once with a frozen vision tower into a store",
@@ -153,10 +155,10 @@ def add_cli(sub: Any) -> None:
                         "or module:callable (see above)")
     s.add_argument("--out", required=True, help="the store folder to write")
     s.add_argument("--frames", type=positive_int, help="frames per video (default 16)")
-    s.add_argument("--sampler", choices=["rand", "middle", "uniform"],
+    s.add_argument("--sampler", choices=VIDEO_SAMPLERS,
                    help="which frames (default middle: the middle frame of N equal segments, UMT's evaluation)")
     s.add_argument("--seed", type=int, help="seed of --sampler rand (default 0; each video draws from its own)")
-    s.add_argument("--backend", choices=["pyav", "torchcodec"], help="video decoder (default pyav)")
+    s.add_argument("--backend", choices=VIDEO_BACKENDS, help="video decoder (default pyav)")
     s.add_argument("--workers", type=non_negative_int,
                    help="processes decoding videos, threads reading images (default 4; 0: none)")
     s.add_argument("--batch-size", type=positive_int, help="items per encoder call (default 64 images, 16 videos)")
