@@ -1,7 +1,7 @@
 """Records/s of the paragraph pipeline against a loopback OpenAI-compatible server whose
 every answer takes a fixed latency, with the client's concurrency at 1 and at N.
 
-The server is the tests' scripted one (tests/_fake_openai.py, tests/generate/_scripted_models.py):
+The server is the tests' scripted one (tests/_support/_fake_openai.py, tests/_support/_scripted_models.py):
 lists with preambles, a paragraph, a score of 8, so 4 calls a record (3 texts, 1 score).
 With latency L per call and C calls per record, concurrency 1 gives about 1 / (C * L)
 records/s; concurrency N overlaps calls of up to N records (the records of a part run side
@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "generate"))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "_support"))
 
 from _fake_openai import FakeOpenAI, answer  # noqa: E402
 from _scripted_models import ParagraphModels, write_images  # noqa: E402

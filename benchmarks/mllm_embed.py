@@ -4,7 +4,7 @@
     python benchmarks/mllm_embed.py --device cuda --dtype bfloat16 --configs small base
 
 Builds random Qwen2-VL models from configs (nothing is downloaded) with the byte-level
-test tokenizer of tests/mllm, then encodes N sentences (``encode_text``) and N 8-frame
+test tokenizer of tests/_support/_tiny_mllm.py, then encodes N sentences (``encode_text``) and N 8-frame
 56 x 56 clips (``encode_video``, CaRe's frame repetition) in batches of ``--batch`` and one
 at a time. Prints items/s for both, the ratio (batched / one-by-one, measured in the same
 run), and the peak memory: CUDA's max allocated on a GPU, the process's peak resident set
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "mllm"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "_support"))
 
 CONFIGS = {"tiny": (32, 2), "small": (256, 4), "base": (1024, 8)}
 SENTENCES = [

@@ -16,7 +16,6 @@ processor, ``{csv}`` an MSR-VTT 1k-A file of three videos, ``{store}`` their 32-
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 pytest.importorskip("av")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 

@@ -4,8 +4,6 @@ refused with the file, line and field (or the key) and no work folder left behin
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 from _refusal import assert_refused
@@ -14,7 +12,6 @@ pytest.importorskip("mmengine.registry")
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 pytest.importorskip("av")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
 from _tiny_mllm import save_tiny_qwen2vl, write_clip  # noqa: E402
 
 CPU = ["model.gradient_checkpointing=false", "train_dataloader.batch_size=1",

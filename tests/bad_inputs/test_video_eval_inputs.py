@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 import torch
-from _refusal import assert_refused, fill, tree
+from _refusal import assert_refused, fill, tree, write_files
 
 open_clip = pytest.importorskip("open_clip")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 from _video_world import MSRVTT, TINY_CLIP, save_tiny_open_clip  # noqa: E402
 
 MVC = "multi-view-captions/zero-shot"
@@ -148,18 +147,7 @@ CASES = [
 def test_video_eval_refuses(files, argv, where, tmp_path, world, monkeypatch):
     places = {**world, "tmp": str(tmp_path)}
     files = {"bench.yaml": _bench(), **files}
-    for name, content in files.items():
-        path = tmp_path / fill(name, places)
-        if content is None:
-            path.mkdir(parents=True)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if callable(content):
-            content(path, places)
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(fill(content, places), encoding="utf-8")
+    write_files(tmp_path, files, places)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # an imported model module leaves no __pycache__
     before = tree(tmp_path)
     assert_refused([fill(a, places) for a in argv], *[fill(w, places) for w in where],

@@ -26,7 +26,6 @@ from _refusal import assert_refused, fill, run_vlr, tree, write_files
 pytest.importorskip("av")
 pytest.importorskip("timm")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from _videos import write_video  # noqa: E402
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

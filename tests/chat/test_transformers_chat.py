@@ -6,18 +6,14 @@ media become recorded failures, never silent values."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 from _tiny_mllm import save_model_folder, tiny_qwen2vl, write_clip  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
 from _scripted_models import write_images  # noqa: E402
 
 from vlr_plugins.chat.cache import ChatCache  # noqa: E402

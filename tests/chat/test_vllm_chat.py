@@ -3,8 +3,6 @@ random Qwen2 LM saved here answers a batch through ``LLM.chat``, with per-reques
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -33,7 +31,6 @@ def test_without_vllm_the_error_says_what_to_do():
 @pytest.mark.gpu
 @pytest.mark.optional_package("vllm")  # not in benchmarks/gpu_wheels.txt: listed as not run there
 def test_a_tiny_model_answers_a_batch(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
     from _tiny_mllm import save_model_folder, tiny_qwen2_lm
 
     save_model_folder(tmp_path / "tiny", *tiny_qwen2_lm())

@@ -6,7 +6,6 @@ equal to a plain reference from EOLEmbedder's own encode_video / encode_text."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ pytest.importorskip("av")
 pytest.importorskip("torchvision")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
 from _reference import reference_ranks  # noqa: E402
 from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 from _video_world import CAREBENCH, embed_videos, write_carebench  # noqa: E402

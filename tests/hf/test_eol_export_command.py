@@ -4,8 +4,6 @@ carries the `vlr eval` results and CaRe's unified score, embedding as the folder
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
@@ -14,7 +12,6 @@ pytest.importorskip("torchvision")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
 from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402

@@ -302,10 +302,6 @@ def test_cli_refusal_exits_2_with_one_error_line(tmp_path, capsys):
 
 def test_an_mllm_embedder_export_arrives_byte_identical(hub, tmp_path):
     pytest.importorskip("torchvision")  # Qwen2-VL's video processor
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mllm"))
     from _tiny_mllm import tiny_qwen2vl
 
     from vlr_plugins.hf import export_eol_embedder

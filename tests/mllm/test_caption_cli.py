@@ -18,8 +18,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 pytest.importorskip("av")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny_mllm import save_model_folder, tiny_qwen2vl  # noqa: E402
 from _videos import write_video  # noqa: E402
 

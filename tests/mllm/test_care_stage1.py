@@ -5,7 +5,6 @@ cannot be stage-I trained is refused naming the module."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from vlr_plugins.mllm.caption_sft import VideoCaptionSFTDataset, collate_caption
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 pytest.importorskip("av")
-from _tiny_mllm import save_tiny_qwen2vl, tiny_qwen2_lm, write_clip  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, tiny_qwen2_lm, write_captioned_clips  # noqa: E402
 
 CAPTIONS = ["A grey square slowly turns white.", "Darkness, then light."]
 
@@ -30,12 +29,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def captions(tmp_path_factory):
-    root = tmp_path_factory.mktemp("captions")
-    write_clip(root / "a.mkv", num_frames=8, height=32, width=32)
-    write_clip(root / "b.mkv", num_frames=12, height=32, width=48)
-    path = root / "caps.jsonl"
-    path.write_text("".join(json.dumps({"video": v, "caption": c}) + "\n" for v, c in zip(["a.mkv", "b.mkv"], CAPTIONS)))
-    return str(path)
+    return write_captioned_clips(tmp_path_factory.mktemp("captions"), CAPTIONS)
 
 
 def test_the_loss_is_the_cross_entropy_of_the_caption_tokens(tiny_folder, captions):

@@ -4,7 +4,6 @@ on the LLM only and merges exactly."""
 
 from __future__ import annotations
 
-import csv
 
 import pytest
 import torch
@@ -15,10 +14,7 @@ from vlr_plugins.mllm import EOLEmbedder, EOLTripletsDataset, RetrievalAdaptatio
 
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
-from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
-
-WORDS = "a dog cat man woman runs sits jumps on the grass snow table quickly slowly red blue".split()
-
+from _tiny_mllm import save_tiny_qwen2vl, write_nli_csv  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
@@ -27,14 +23,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nli_csv(tmp_path_factory):
-    g = torch.Generator().manual_seed(0)
-    sentence = lambda: " ".join(WORDS[int(i)] for i in torch.randint(len(WORDS), (6,), generator=g))  # noqa: E731
-    path = tmp_path_factory.mktemp("nli") / "nli.csv"
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["sent0", "sent1", "hard_neg"])
-        w.writerows([sentence(), sentence(), sentence()] for _ in range(20))
-    return str(path)
+    return write_nli_csv(tmp_path_factory.mktemp("nli") / "nli.csv")
 
 
 def snapshot(model):

@@ -5,8 +5,6 @@ the EOL prompt's last position (a plain forward of the whole MLLM), through the 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +13,6 @@ pytest.importorskip("torchvision")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny_mllm import clip, save_tiny_qwen2vl, write_clip  # noqa: E402
 
 from vlr_plugins.cli import main  # noqa: E402

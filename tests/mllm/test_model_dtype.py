@@ -7,8 +7,6 @@ the kernels), so it is not refused there."""
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +14,6 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny_mllm import clip, save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.errors import ConfigError  # noqa: E402

@@ -8,13 +8,10 @@ summary lists it as "not run (optional)" rather than passed (docs/care.md)."""
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vlr_plugins.errors import ConfigError  # noqa: E402
 

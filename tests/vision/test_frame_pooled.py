@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY_HF_VISION
+from _tiny_towers import TINY_HF_VISION
 
 from vlr_plugins.vision import FramePooledVideoEncoder, VideoTower
 

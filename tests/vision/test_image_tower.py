@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY_HF_VISION
+from _tiny_towers import TINY_HF_VISION
 
 from vlr_plugins.vision import CLIP_MEAN, CLIP_STD, ImageTower, build_image_tower, wrap_image_tower
 

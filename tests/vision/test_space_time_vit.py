@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY_VIT
+from _tiny_towers import TINY_VIT
 
 from vlr_plugins.registry import MODELS
 from vlr_plugins.vision import SpaceTimeViT, VideoTower, load_video_checkpoint

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from conftest import TINY_VIT
+from _tiny_towers import TINY_VIT
 
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.vision import STAGE_TWO_HEADS, SpaceTimeViT, load_stage_one

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from _video_reference import code_layout_encoder, code_layout_forward, sinusoid
-from conftest import TINY_VIT
+from _tiny_towers import TINY_VIT
 
 from vlr_plugins.vision import (
     SpaceTimeViT,

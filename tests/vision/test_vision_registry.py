@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import TINY_VIT
+from _tiny_towers import TINY_VIT
 
 
 def test_core_registry_lists_both_towers():

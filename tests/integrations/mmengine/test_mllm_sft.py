@@ -9,7 +9,6 @@ import csv
 import json
 import logging
 import os
-import sys
 
 import pytest
 import torch
@@ -21,10 +20,8 @@ pytest.importorskip("av")
 from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bad_inputs"))
 from _refusal import run_vlr  # noqa: E402
-from _tiny_mllm import save_tiny_qwen2vl, write_clip  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, write_captioned_clips  # noqa: E402
 
 from vlr_plugins.integrations.mmengine.mllm_sft_model import CaptionSFTModel  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder  # noqa: E402
@@ -57,13 +54,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def captions(tmp_path_factory):
-    root = tmp_path_factory.mktemp("captions")
-    write_clip(root / "a.mkv", num_frames=8, height=32, width=32)
-    write_clip(root / "b.mkv", num_frames=12, height=32, width=48)
-    path = root / "caps.jsonl"
-    path.write_text("".join(json.dumps({"video": v, "caption": c}) + "\n"
-                            for v, c in zip(["a.mkv", "b.mkv", "a.mkv", "b.mkv"], CAPTIONS)))
-    return str(path)
+    return write_captioned_clips(tmp_path_factory.mktemp("captions"), CAPTIONS)
 
 
 def stage1_config(folder, ann_file, work_dir, **model):

@@ -4,7 +4,6 @@ vision tower stays bit-identical, LoRA merges exactly, and the model is the core
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import re
@@ -20,16 +19,12 @@ pytest.importorskip("torchvision")
 from mmengine.config import Config  # noqa: E402
 from mmengine.runner import FlexibleRunner, Runner  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "mllm"))
-from _tiny_mllm import save_tiny_qwen2vl  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, write_nli_csv  # noqa: E402
 
 from vlr_plugins.integrations.mmengine.mllm_model import EOLContrastiveModel  # noqa: E402
 from vlr_plugins.mllm import EOLEmbedder, EOLTripletsDataset, collate_eol_triplets  # noqa: E402
 
 RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "recipes", "care")
-WORDS = "a dog cat man woman runs sits jumps on the grass snow table quickly slowly red blue".split()
-
-
 @pytest.fixture(autouse=True)
 def _quiet_mmengine():
     yield
@@ -43,14 +38,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nli_csv(tmp_path_factory):
-    g = torch.Generator().manual_seed(0)
-    sentence = lambda: " ".join(WORDS[int(i)] for i in torch.randint(len(WORDS), (6,), generator=g))  # noqa: E731
-    path = tmp_path_factory.mktemp("nli") / "nli.csv"
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["sent0", "sent1", "hard_neg"])
-        w.writerows([sentence(), sentence(), sentence()] for _ in range(20))
-    return str(path)
+    return write_nli_csv(tmp_path_factory.mktemp("nli") / "nli.csv")
 
 
 def stage2_config(recipe, folder, ann_file, work_dir, **model):

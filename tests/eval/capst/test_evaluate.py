@@ -4,10 +4,7 @@ sent, scores against a plain reference, failures reported rather than scored, fr
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -25,17 +22,9 @@ from vlr_plugins.eval.capst import (
 from vlr_plugins.chat import ChatSettings, OpenAIChatClient
 
 
-def _fake_openai():
-    name = "_fake_openai"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
-FakeOpenAI = _fake_openai().FakeOpenAI
+from _fake_openai import FakeOpenAI  # noqa: E402
 KEY = "sk-capst-judge-key-0123456789"
 
 REFERENCES = [

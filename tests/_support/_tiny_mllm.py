@@ -1,7 +1,7 @@
 """A tiny random Qwen2-VL (and Qwen2 LM) with a byte-level tokenizer and a Qwen-style chat
 template, all built here from configs: nothing is downloaded. Every test that needs one (in
-memory, or saved as a transformers folder) builds it here; other folders import this module
-after putting tests/mllm on ``sys.path``.
+memory, or saved as a transformers folder) builds it here (tests/_support is on pytest's
+``pythonpath``).
 """
 
 from __future__ import annotations
@@ -144,4 +144,37 @@ def write_clip(path, num_frames: int = 12, height: int = 56, width: int = 56) ->
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+    return str(path)
+
+
+def write_captioned_clips(root, captions) -> str:
+    """Two clips (``a.mkv``: 8 frames 32x32, ``b.mkv``: 12 frames 32x48) in ``root`` and a
+    stage-I captions file ``caps.jsonl`` pairing each caption with them in turn; its path."""
+    import json
+
+    root = Path(root)
+    write_clip(root / "a.mkv", num_frames=8, height=32, width=32)
+    write_clip(root / "b.mkv", num_frames=12, height=32, width=48)
+    path = root / "caps.jsonl"
+    path.write_text("".join(json.dumps({"video": "ab"[i % 2] + ".mkv", "caption": c}) + "\n"
+                            for i, c in enumerate(captions)))
+    return str(path)
+
+
+NLI_WORDS = "a dog cat man woman runs sits jumps on the grass snow table quickly slowly red blue".split()
+
+
+def write_nli_csv(path, rows: int = 20, seed: int = 0) -> str:
+    """A SimCSE-style NLI file (``sent0, sent1, hard_neg``) of random six-word sentences; its path."""
+    import csv
+
+    g = torch.Generator().manual_seed(seed)
+
+    def sentence() -> str:
+        return " ".join(NLI_WORDS[int(i)] for i in torch.randint(len(NLI_WORDS), (6,), generator=g))
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sent0", "sent1", "hard_neg"])
+        w.writerows([sentence(), sentence(), sentence()] for _ in range(rows))
     return str(path)

@@ -41,7 +41,7 @@ def test_the_vlr_script_imports_an_encoder_from_the_current_folder(tmp_path):
     script = tmp_path / "bin" / "vlr.py"
     script.parent.mkdir()
     script.write_text("import sys\nfrom vlr_plugins.cli import main\nsys.exit(main())\n")
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
     run = subprocess.run([sys.executable, str(script), "precompute", "--images", "photos", "--encoder",
                           "my_encoders:Corner", "--out", "store"], check=False, cwd=work, env=env, capture_output=True, text=True)

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("openai")
 
+from _fake_openai import FakeOpenAI  # noqa: E402
 
-def _fake_openai():
-    name = "_fake_openai"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+
 
 
 KEY = "sk-cli-judge-key-9876543210"
@@ -59,7 +50,7 @@ def test_vlr_capst_writes_the_table_and_never_the_key(tmp_path, monkeypatch, cap
 
     captions, annotations = _inputs(tmp_path)
     monkeypatch.setenv("CLI_JUDGE_KEY", KEY)
-    with _fake_openai().FakeOpenAI(judge) as server:
+    with FakeOpenAI(judge) as server:
         code = main(["capst", "--captions", str(captions), "--annotations", str(annotations),
                      "--judge-url", server.url, "--judge-model", "judge-x", "--judge-key-env", "CLI_JUDGE_KEY",
                      "--out", str(tmp_path / "out")])
@@ -77,7 +68,7 @@ def test_vlr_capst_writes_the_table_and_never_the_key(tmp_path, monkeypatch, cap
     assert calls > 0 and KEY not in out + err
     assert all(KEY not in p.read_text() for p in (tmp_path / "out").iterdir() if p.suffix in (".json", ".md"))
     # a rerun is answered from the cache
-    with _fake_openai().FakeOpenAI(judge) as server:
+    with FakeOpenAI(judge) as server:
         assert main(["capst", "--captions", str(captions), "--annotations", str(annotations),
                      "--judge-url", server.url, "--judge-model", "judge-x", "--judge-key-env", "CLI_JUDGE_KEY",
                      "--out", str(tmp_path / "out")]) == 0

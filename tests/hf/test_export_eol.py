@@ -17,7 +17,6 @@ pytest.importorskip("torchvision")  # Qwen2-VL's video processor
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "mllm"))
 from _tiny_mllm import clip, save_tiny_qwen2vl  # noqa: E402
 
 from vlr_plugins.errors import ConfigError, OutputExistsError  # noqa: E402

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from _videos import write_video  # noqa: E402
 
 TINY_CLIP = {
