@@ -44,7 +44,6 @@ def test_read_checkpoint_meta(tmp_path):
     assert read_checkpoint_meta(path) == {"vlr_loss": {"type": "InfoNCELoss"}}
     torch.save({"state_dict": {}}, tmp_path / "bare.pth")
     assert read_checkpoint_meta(tmp_path / "bare.pth") == {}
-    assert read_checkpoint_meta("blip:Salesforce/blip-itm-base-coco") == {}
     with pytest.raises(MissingFileError, match="no checkpoint at .*absent.pth"):
         read_checkpoint_meta(tmp_path / "absent.pth")
 
@@ -88,7 +87,6 @@ def test_check_text_encoder_checkpoint(tmp_path):
     good = tmp_path / "good.pth"
     torch.save({"meta": {"vlr_text_encoder": arch}, "state_dict": {"text_encoder.text_proj.weight": torch.ones(2)}}, good)
     assert check_text_encoder_checkpoint(good) == {"vlr_text_encoder": arch}
-    assert check_text_encoder_checkpoint("blip:Salesforce/blip-itm-base-coco") == {}
     cases = {
         "tensor.pth": (torch.zeros(3), "expected a checkpoint mapping"),
         "no-meta.pth": ({"state_dict": {"text_encoder.w": torch.ones(1)}}, "field 'meta.vlr_text_encoder'"),

@@ -12,6 +12,7 @@ from vlr_plugins.specs import (
     parse_model_spec,
     split_mllm_spec,
     takes_model_dtype,
+    text_encoder_meta,
     text_model_source,
 )
 
@@ -93,3 +94,19 @@ def test_the_library_loaders_refuse_a_dtype_for_other_specs_before_loading():
         load_text_model("no_such_module_here:model", dtype="float16")
     with pytest.raises(VideoEncoderError, match="this tower is loaded as it is stored"):
         load_video_encoder("vlr:absent.pth", dtype="float16")
+
+
+def test_a_blip_spec_has_no_checkpoint_meta_and_a_checkpoint_is_checked(tmp_path):
+    import torch
+
+    from vlr_plugins.errors import DataFormatError
+
+    assert text_encoder_meta("blip:Salesforce/blip-itm-base-coco") == {}  # nothing read, nothing downloaded
+    arch = {"type": "BlipTextEncoder", "embed_dim": 8}
+    good = tmp_path / "good.pth"
+    torch.save({"meta": {"vlr_text_encoder": arch}, "state_dict": {"text_encoder.text_proj.weight": torch.ones(2)}},
+               good)
+    assert text_encoder_meta(good) == {"vlr_text_encoder": arch}
+    torch.save({"meta": {}, "state_dict": {}}, tmp_path / "bare.pth")
+    with pytest.raises(DataFormatError, match="meta.vlr_text_encoder"):
+        text_encoder_meta(tmp_path / "bare.pth")
