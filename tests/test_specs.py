@@ -110,3 +110,13 @@ def test_a_blip_spec_has_no_checkpoint_meta_and_a_checkpoint_is_checked(tmp_path
     torch.save({"meta": {}, "state_dict": {}}, tmp_path / "bare.pth")
     with pytest.raises(DataFormatError, match="meta.vlr_text_encoder"):
         text_encoder_meta(tmp_path / "bare.pth")
+
+
+def test_caption_and_lens_models_are_folders_or_mllm_specs(tmp_path):
+    from vlr_plugins.specs import mllm_model_folder
+
+    assert mllm_model_folder("exports/care-7b") == ("exports/care-7b", None)
+    assert mllm_model_folder("Qwen/Qwen2-VL-7B-Instruct") == ("Qwen/Qwen2-VL-7B-Instruct", None)
+    assert mllm_model_folder("mllm:exports/care-7b:e5v") == ("exports/care-7b", "e5v")
+    with pytest.raises(UsageError, match="names no model folder"):
+        mllm_model_folder("mllm:")

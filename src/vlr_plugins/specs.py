@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MLLM_PREFIX", "ModelSpec", "Role", "check_model_dtype_option", "load_checked_text_encoder",
            "load_image_encoder", "load_mllm_spec", "load_text_encoder", "load_text_model", "load_text_tokenizer",
-           "load_video_encoder", "model_dtype_record", "parse_model_spec", "split_mllm_spec", "takes_model_dtype",
+           "load_video_encoder", "mllm_model_folder", "model_dtype_record", "parse_model_spec", "split_mllm_spec", "takes_model_dtype",
            "text_encoder_meta", "text_model_source"]
 
 Role = Literal["text", "image", "video"]
@@ -252,6 +252,15 @@ def split_mllm_spec(spec: str, setting: str = "--model") -> tuple[str, str | Non
     if not parsed.target:
         raise UsageError(setting, f"{spec!r} names no model folder; expected {_MLLM_FORM}")
     return parsed.target, parsed.prompt
+
+
+def mllm_model_folder(model: str, setting: str = "--model") -> tuple[str, str | None]:
+    """The model folder (or Hub id) and EOL prompt a ``--model`` names: ``mllm:FOLDER[:PROMPT]``,
+    as ``vlr eval`` and ``vlr precompute`` take it, or the folder itself, as ``vlr caption``
+    and ``vlr lens`` also take it (``(model, None)``)."""
+    if parse_model_spec(model, "text").scheme != "mllm":
+        return model, None
+    return split_mllm_spec(model, setting)
 
 
 def load_mllm_spec(spec: str, *, setting: str = "--model", device: Any = None, **kwargs: Any) -> Any:

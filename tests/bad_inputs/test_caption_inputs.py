@@ -49,6 +49,7 @@ CASES = {
     "backend": (lambda t: ["--backend", "tgi"], ["--backend"]),
     "model-dtype": (lambda t: ["--model-dtype", "float64"], ["--model-dtype", "invalid choice: 'float64'"]),
     "out-is-a-folder": (lambda t: ["--out", t / "videos"], ["--out", "videos"]),
+    "eol-prompt-in-model": (lambda t: ["--model", f"mllm:{t / 'no-model'}:care"], ["--model", "EOL prompt 'care'"]),
 }
 
 

@@ -15,6 +15,8 @@ CASES = {
     "no-model": (lambda t: ["--text", "a"], ["no-model"]),
     "model-dtype": (lambda t: ["--text", "a", "--model-dtype", "fp16"], ["--model-dtype", "invalid choice: 'fp16'"]),
     "dtype-alias": (lambda t: ["--text", "a", "--dtype", "half"], ["--model-dtype/--dtype", "invalid choice: 'half'"]),
+    "two-prompts": (lambda t: ["--text", "a", "--model", f"mllm:{t / 'no-model'}:care", "--prompt", "e5v"],
+                    ["--prompt", "'e5v'", "names the prompt 'care'"]),
 }
 
 

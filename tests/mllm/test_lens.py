@@ -72,6 +72,21 @@ def test_vlr_lens_prints_writes_and_plots_the_same_tokens(saved, tmp_path, capsy
     assert (out / "lens.png").stat().st_size > 0
 
 
+def test_an_mllm_spec_is_read_as_eval_reads_it(saved, tmp_path):
+    """``--model mllm:FOLDER:PROMPT`` (the spec ``vlr eval`` takes) is the folder under that
+    prompt: the same tokens as ``--model FOLDER --prompt PROMPT``."""
+    runs = {}
+    for name, argv in (("spec", ["--model", f"mllm:{saved}:e5v"]), ("folder", ["--model", str(saved),
+                                                                              "--prompt", "e5v"])):
+        out = tmp_path / name
+        assert main(["lens", *argv, "--text", "a dog runs", "--top-k", "5", "--out", str(out), "--no-plot"]) == 0
+        runs[name] = json.loads((out / "lens.json").read_text())
+    assert [t["id"] for t in runs["spec"][0]["top"]] == [t["id"] for t in runs["folder"][0]["top"]]
+    assert runs["spec"][0]["prompt"] == runs["folder"][0]["prompt"]
+    care = logit_lens(EOLEmbedder(saved, prompt="care"), "text", "a dog runs", top_k=5)
+    assert runs["spec"][0]["prompt"] != care.prompt  # the spec's prompt was used, not the default
+
+
 def test_an_export_brings_its_own_prompt_to_the_lens(saved, tmp_path):
     from vlr_plugins.hf.export_eol import export_eol_embedder
 

@@ -45,6 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         from vlr_plugins.mllm.vllm_backend import require_vllm
 
         require_vllm("--backend vllm")
+    folder = _model_folder(args.model)
     videos = _videos(args)
     if args.limit is not None:
         videos = videos[:args.limit]
@@ -62,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
                                 f"--overwrite to start it over")
     if args.resume and args.overwrite:
         raise UsageError("--resume", "and --overwrite exclude each other")
-    captioner = _captioner(args, settings)
+    captioner = _captioner(args, settings, folder)
     record = {"model": args.model, "model_dtype": _model_dtype_of(captioner, args.model_dtype),
               "backend": args.backend, **settings.describe()}
     with CaptionsFile(args.out, record, resume=args.resume, overwrite=args.overwrite, resume_flag="--resume",
@@ -92,17 +93,29 @@ def _model_dtype_of(captioner: Any, asked: str) -> str:
     return str(chosen).removeprefix("torch.") if chosen is not None else asked
 
 
-def _captioner(args: argparse.Namespace, settings: Any) -> Any:
+def _model_folder(model: str) -> str:
+    """``--model``: a model folder or ``mllm:FOLDER``; an EOL prompt has no part in captioning."""
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.specs import mllm_model_folder
+
+    folder, prompt = mllm_model_folder(model)
+    if prompt is not None:
+        raise UsageError("--model", f"{model!r} names the EOL prompt {prompt!r}, which embeds; captions are asked "
+                                    "for with --settings and --prompt: give mllm:FOLDER or the folder")
+    return folder
+
+
+def _captioner(args: argparse.Namespace, settings: Any, folder: str) -> Any:
     from vlr_plugins.errors import ConfigError
     from vlr_plugins.mllm.loading import load_eol_embedder
 
     if args.backend == "vllm":
         from vlr_plugins.mllm.vllm_backend import VLLMVideoCaptioner
 
-        return VLLMVideoCaptioner(args.model, settings, dtype=None if args.model_dtype == "auto" else args.model_dtype)
+        return VLLMVideoCaptioner(folder, settings, dtype=None if args.model_dtype == "auto" else args.model_dtype)
     from vlr_plugins.mllm.captioner import VideoCaptioner
 
-    emb = load_eol_embedder(args.model, setting="--model", dtype=args.model_dtype, device=args.device)
+    emb = load_eol_embedder(folder, setting="--model", dtype=args.model_dtype, device=args.device)
     if emb.kind != "mllm":
         raise ConfigError(f"--model: {args.model} is a text-only language model; captioning videos needs an MLLM")
     return VideoCaptioner(emb.model, emb.processor, settings)

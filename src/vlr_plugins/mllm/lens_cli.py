@@ -28,16 +28,22 @@ def _inputs(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def _run(args: argparse.Namespace) -> int:
     from vlr_plugins._io import atomic_write_json, check_output_dir
-    from vlr_plugins.errors import ConfigError
+    from vlr_plugins.errors import ConfigError, UsageError
     from vlr_plugins.mllm.lens import logit_lens, plot_lens
+    from vlr_plugins.specs import mllm_model_folder
     from vlr_plugins.mllm.loading import load_eol_embedder
     from vlr_plugins.mllm.model_dtype import dtype_name
 
     items = _inputs(args)
     check_output_dir(args.out, "--out")
     results, labels, dtypes = [], [], {}
-    for model in args.model:
-        emb = load_eol_embedder(model, prompt=args.prompt, setting="--model", dtype=args.model_dtype,
+    models = [(model, *mllm_model_folder(model)) for model in args.model]  # every one checked before any loads
+    for model, _, prompt in models:
+        if prompt is not None and args.prompt is not None and prompt != args.prompt:
+            raise UsageError("--prompt", f"{args.prompt!r}, but --model {model!r} names the prompt {prompt!r}: "
+                                         "give it once")
+    for model, folder, prompt in models:
+        emb = load_eol_embedder(folder, prompt=args.prompt or prompt, setting="--model", dtype=args.model_dtype,
                                 device=args.device)
         dtypes[model] = dtype_name(emb.model)
         if emb.kind == "llm" and any(m != "text" for m, _ in items):
