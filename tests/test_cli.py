@@ -243,3 +243,22 @@ def test_a_bad_sample_file_is_the_last_thing_train_prints(verbose, tmp_path, tin
     # the data is checked before MMEngine starts: no banner, no config, no log folder
     assert "mmengine" not in console and "System environment" not in console and "Traceback" not in console
     assert not work.exists()
+
+
+def test_the_parser_is_built_without_any_trainer_ecosystem():
+    """Every area adds its verbs, in ``vlr --help`` order, and building the parser (what
+    ``vlr --help`` and every command do first) imports no ecosystem: transformers, MMEngine,
+    open_clip and LAVIS come with the command that needs them (the LAVIS environment has no
+    MMEngine and an older transformers)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vlr_plugins.cli import build_parser; p = build_parser(); "
+            "verbs = list(p._subparsers._group_actions[0].choices); "
+            "print(','.join(verbs)); "
+            "print(','.join(m for m in ('transformers', 'mmengine', 'open_clip', 'open_clip_train', 'lavis', "
+            "'peft', 'openai') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].split(",") == ["list", "train", "precompute", "eval", "export", "openclip-train", "lavis-train",
+                                 "lavis-eval", "lavis-export", "push", "demo", "capst", "caption", "lens", "generate"]
+    assert out[1] == ""

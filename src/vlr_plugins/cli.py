@@ -7,7 +7,9 @@ traceback. Nothing a command writes is left half-written.
 
 This module only dispatches: each verb is defined in its area (:data:`_AREAS`, in the
 order ``vlr --help`` lists them) by an ``add_cli(subparsers)`` that imports its ecosystem
-only when the command runs.
+only when the command runs (for the areas whose package imports its ecosystem, the command
+module lives beside the package: ``hf_cli.py``, ``integrations/mmengine_cli.py``,
+``integrations/lavis_cli.py``).
 """
 
 from __future__ import annotations
@@ -23,22 +25,21 @@ from vlr_plugins.errors import run_cli
 
 __all__ = ["main"]
 
-#: the modules whose ``add_cli`` adds the verbs after ``vlr list``, in ``vlr --help`` order
+#: ``module:function`` adding the verbs after ``vlr list`` to the subparsers, in ``vlr --help`` order
 _AREAS = (
-    "vlr_plugins.integrations.mmengine.train_cli",  # train
-    "vlr_plugins.precompute.cli",  # precompute
-    "vlr_plugins.eval.cli",  # eval
-    "vlr_plugins.hf.export_cli",  # export
-    "vlr_plugins.integrations.open_clip.cli",  # openclip-train
-    "vlr_plugins.integrations.lavis_cli",  # lavis-train, lavis-eval, lavis-export
-    "vlr_plugins.hf.push",  # push
-    "vlr_plugins.demo.cli",  # demo
-    "vlr_plugins.eval.capst.cli",  # capst
-    "vlr_plugins.mllm.caption_cli",  # caption
-    "vlr_plugins.mllm.lens_cli",  # lens
-    "vlr_plugins.generate.cli",  # generate
+    "vlr_plugins.integrations.mmengine_cli:add_cli",  # train
+    "vlr_plugins.precompute.cli:add_cli",  # precompute
+    "vlr_plugins.eval.cli:add_cli",  # eval
+    "vlr_plugins.hf_cli:add_export_cli",  # export
+    "vlr_plugins.integrations.open_clip.cli:add_cli",  # openclip-train
+    "vlr_plugins.integrations.lavis_cli:add_cli",  # lavis-train, lavis-eval, lavis-export
+    "vlr_plugins.hf_cli:add_push_cli",  # push
+    "vlr_plugins.demo.cli:add_cli",  # demo
+    "vlr_plugins.eval.capst.cli:add_cli",  # capst
+    "vlr_plugins.mllm.caption_cli:add_cli",  # caption
+    "vlr_plugins.mllm.lens_cli:add_cli",  # lens
+    "vlr_plugins.generate.cli:add_cli",  # generate
 )
-
 
 def cmd_list(args: argparse.Namespace) -> int:
     from vlr_plugins.recipe import list_recipes, load_recipe
@@ -78,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pattern", default="*", help="fnmatch pattern on names")
     s.set_defaults(fn=cmd_list)
     for area in _AREAS:
-        importlib.import_module(area).add_cli(sub)
+        module, _, function = area.partition(":")
+        getattr(importlib.import_module(module), function)(sub)
     return p
 
 

@@ -227,19 +227,3 @@ def cmd_push(args: argparse.Namespace) -> int:
                       revision=args.revision, endpoint=args.endpoint, create_pr=args.create_pr)
     print(url)
     return 0
-
-
-def add_cli(sub: Any) -> None:
-    """Add ``vlr push`` to the ``vlr`` command's subparsers."""
-    # no --token: a token on the command line lands in shell history and `ps`
-    s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",
-                       description="Upload an exported folder to a Hub model repository. The token comes "
-                                   "from HF_TOKEN or `hf auth login`.")
-    s.add_argument("folder", help="a folder written by `vlr export` (config.json + *.safetensors)")
-    s.add_argument("repo_id", help="namespace/name; created if missing")
-    s.add_argument("--public", action="store_true", help="create the repository public (default: private)")
-    s.add_argument("--message", "-m", help="commit message (default names the recipe and vlr-plugins version)")
-    s.add_argument("--revision", help="branch to commit to (default: main)")
-    s.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
-    s.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    s.set_defaults(fn=cmd_push)

@@ -13,17 +13,7 @@ pytest.importorskip("lavis", reason="LAVIS lives in its own environment (docs/la
 import torch  # noqa: E402
 
 import vlr_plugins.integrations.lavis  # noqa: E402,F401
-from vlr_plugins.integrations.lavis.launcher import prepare_config  # noqa: E402
-from test_lavis_model import _train_one_epoch  # noqa: E402
-
-
-def _build(write_run_config, tiny_world, tiny_model_options, *options):
-    import lavis.tasks as tasks
-
-    cfg = prepare_config(write_run_config(), [*tiny_model_options, *options],
-                         train=tiny_world["train"], image_embeddings=tiny_world["image_embeddings"])
-    task = tasks.setup_task(cfg)
-    return task, task.build_datasets(cfg), task.build_model(cfg)
+from _lavis_run import build_run, train_one_epoch  # noqa: E402
 
 
 def _graph_names(t: torch.Tensor) -> set[str]:
@@ -37,9 +27,9 @@ def _graph_names(t: torch.Tensor) -> set[str]:
 
 
 def test_the_option_gives_the_uncached_gradients(write_run_config, tiny_world, tiny_model_options):
-    task, datasets, cached = _build(write_run_config, tiny_world, tiny_model_options,
+    task, datasets, cached = build_run(write_run_config, tiny_world, tiny_model_options,
                                     "model.loss.cache_chunk=3")
-    _, _, plain = _build(write_run_config, tiny_world, tiny_model_options)
+    _, _, plain = build_run(write_run_config, tiny_world, tiny_model_options)
     assert cached.loss_fn.cache_chunk == 3 and getattr(plain.loss_fn, "cache_chunk", None) is None
     plain.load_state_dict(cached.state_dict())
     dataset = datasets["vlr_paragraph"]["train"]
@@ -60,11 +50,11 @@ def test_the_option_gives_the_uncached_gradients(write_run_config, tiny_world, t
 
 
 def test_lavis_trains_an_epoch_with_the_cache(write_run_config, tiny_world, tiny_model_options):
-    task, datasets, model = _build(write_run_config, tiny_world, tiny_model_options,
+    task, datasets, model = build_run(write_run_config, tiny_world, tiny_model_options,
                                    "model.loss.cache_chunk=4")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     torch.manual_seed(0)
-    stats = _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
+    stats = train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
     assert math.isfinite(float(stats["loss"]))
     after = model.state_dict()
     assert any(k.startswith("text_proj.") and not torch.equal(before[k], after[k]) for k in before)

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 import vlr_plugins.integrations.lavis  # noqa: E402,F401
 from vlr_plugins.errors import ConfigError  # noqa: E402
-from test_lavis_gradcache import _build  # noqa: E402
+from _lavis_run import build_run  # noqa: E402
 
 
 def _step(task, model, samples):
@@ -33,8 +33,8 @@ def _step(task, model, samples):
 @pytest.mark.parametrize("cache", [(), ("model.loss.cache_chunk=3",)])
 def test_length_blocks_give_the_one_block_loss_and_gradients(write_run_config, tiny_world, tiny_model_options,
                                                               cache):
-    task, datasets, blocks = _build(write_run_config, tiny_world, tiny_model_options, *cache)
-    _, _, one = _build(write_run_config, tiny_world, tiny_model_options, "model.length_blocks=1")
+    task, datasets, blocks = build_run(write_run_config, tiny_world, tiny_model_options, *cache)
+    _, _, one = build_run(write_run_config, tiny_world, tiny_model_options, "model.length_blocks=1")
     assert blocks.length_blocks == 2 and one.length_blocks == 1  # lavis/c5's, and the option's
     one.load_state_dict(blocks.state_dict())
     dataset = datasets["vlr_paragraph"]["train"]
@@ -55,4 +55,4 @@ def test_a_bad_length_blocks_is_refused_naming_the_file_and_key(write_run_config
                                                                 value, found):
     with pytest.raises(ConfigError, match=rf"run\.yaml: model\.length_blocks must be an integer >= 1.*"
                                           rf"found {found}"):
-        _build(write_run_config, tiny_world, tiny_model_options, f"model.length_blocks={value}")
+        build_run(write_run_config, tiny_world, tiny_model_options, f"model.length_blocks={value}")

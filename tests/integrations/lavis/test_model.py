@@ -16,6 +16,7 @@ import torch  # noqa: E402
 
 import vlr_plugins.integrations.lavis  # noqa: E402,F401
 from vlr_plugins.integrations.lavis.launcher import prepare_config  # noqa: E402
+from _lavis_run import train_one_epoch  # noqa: E402
 
 
 def _long_benchmark(tiny_world) -> dict:
@@ -55,34 +56,11 @@ def test_builds_offline_from_the_plugins_configs(built):
     assert not any("crossattention" in n for n in trainable)
 
 
-def _optimizer(model):
-    """AdamW with LAVIS RunnerBase's parameter groups (no decay for biases / norms)."""
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2 and "bias" not in n]
-    rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.ndim >= 2 and "bias" not in n)]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
-                             lr=1e-3)
-
-
-def _train_one_epoch(task, model, dataset):
-    from lavis.common.registry import registry
-    from lavis.datasets.datasets.dataloader_utils import IterLoader
-    from torch.utils.data import DataLoader
-
-    loader = IterLoader(DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=dataset.collater,
-                                   drop_last=True), use_distributed=False)
-    optimizer = _optimizer(model)
-    sched = registry.get_lr_scheduler_class("linear_warmup_cosine_lr")(
-        optimizer=optimizer, max_epoch=1, min_lr=0.0, init_lr=1e-3, warmup_steps=2, warmup_start_lr=1e-5)
-    model.train()
-    return task.train_epoch(epoch=0, model=model, data_loader=loader, optimizer=optimizer, lr_scheduler=sched,
-                            cuda_enabled=False, log_freq=100)
-
-
 def test_training_steps_change_only_the_text_side(built):
     _, task, datasets, model = built
     torch.manual_seed(0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    stats = _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])  # 48 samples: 6 steps
+    stats = train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])  # 48 samples: 6 steps
     assert math.isfinite(float(stats["loss"]))
     after = model.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
@@ -156,7 +134,7 @@ def test_checkpoints_load_weights_only_and_trained_weights_overlay_the_base(buil
 
     cfg, task, datasets, model = built
     base = _save({"model": model.state_dict(), "config": {"note": "plain data only"}}, tmp_path / "base.pth")
-    _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
+    train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
     # what LAVIS' RunnerBase saves: only parameters that require grad (+ buffers), optimizer, config
     grad = {n for n, p in model.named_parameters() if p.requires_grad}
     state = {k: v for k, v in model.state_dict().items()
@@ -236,7 +214,7 @@ def test_lavis_export_writes_a_text_encoder_that_vlr_export_rebuilds(built, tmp_
 
     cfg, task, datasets, model = built
     base = _save({"model": model.state_dict()}, tmp_path / "base.pth")
-    _train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
+    train_one_epoch(task, model, datasets["vlr_paragraph"]["train"])
     grad = {n for n, p in model.named_parameters() if p.requires_grad}
     trained = _save({"model": {k: v for k, v in model.state_dict().items() if k in grad}},
                     tmp_path / "checkpoint_0.pth")

@@ -1,8 +1,13 @@
 """``vlr train``: a recipe (or a recipe that is an MMEngine config already, such as CaRe's)
 trained with MMEngine's Runner, through one run sequence.
 
+This module lives beside the MMEngine package, not in it: importing
+``vlr_plugins.integrations.mmengine`` creates its registries (and so imports MMEngine), and
+``vlr --help`` must work where MMEngine is not installed (the LAVIS environment).
+
 Every run is checked before the Runner starts (work dir, ``--dump-config`` target,
-``--resume``, launcher, and for a recipe its samples and stores: :mod:`.preflight`), and
+``--resume``, launcher, and for a recipe its samples and stores:
+:mod:`vlr_plugins.integrations.mmengine.preflight`), and
 a run that stops on bad input leaves nothing behind.
 """
 
@@ -66,7 +71,7 @@ def _refuse_other_command(name: str, path: Any) -> None:
 
 
 def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
-    """``vlr train care/...``: a recipe that is an MMEngine config already (:mod:`.native`)."""
+    """``vlr train care/...``: a recipe that is an MMEngine config already (:mod:`vlr_plugins.integrations.mmengine.native`)."""
     from vlr_plugins.integrations.mmengine.native import load_native_config
     from vlr_plugins.integrations.mmengine.preflight import check_output_file, check_output_folder, check_resume
 

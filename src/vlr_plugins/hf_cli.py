@@ -1,5 +1,10 @@
-"""``vlr export``: a trained checkpoint (or an MLLM folder) -> a Hub-ready transformers folder
-with a model card (docs/hub.md)."""
+"""``vlr export`` (a trained checkpoint or an MLLM folder -> a Hub-ready transformers folder with
+a model card) and ``vlr push`` (that folder -> the Hugging Face Hub); docs/hub.md.
+
+This module lives beside :mod:`vlr_plugins.hf`, not in it: importing that package imports
+transformers and registers the Auto classes, which ``vlr --help`` must not wait for (nor
+need: the LAVIS environment's transformers is older).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 from vlr_plugins.errors import UsageError
 from vlr_plugins.specs import load_checked_text_encoder, load_text_tokenizer, text_encoder_meta
 
-__all__ = ["add_cli", "cmd_export"]
+__all__ = ["add_export_cli", "add_push_cli", "cmd_export", "cmd_push"]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -43,7 +48,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(sub: Any) -> None:
+def cmd_push(args: argparse.Namespace) -> int:
+    from vlr_plugins.hf.push import cmd_push as push
+
+    return push(args)
+
+
+def add_export_cli(sub: Any) -> None:
     """Add ``vlr export`` to the ``vlr`` command's subparsers."""
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
     s.add_argument("checkpoint", metavar="CHECKPOINT",
@@ -63,3 +74,19 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--config", help="MLLM folder: the MMEngine config of the run, for the card's recipe table")
     s.add_argument("--recipe", help="MLLM folder: the recipe name to record (default: the config's vlr.name)")
     s.set_defaults(fn=cmd_export)
+
+
+def add_push_cli(sub: Any) -> None:
+    """Add ``vlr push`` to the ``vlr`` command's subparsers."""
+    # no --token: a token on the command line lands in shell history and `ps`
+    s = sub.add_parser("push", help="upload an exported folder to the Hugging Face Hub (private by default)",
+                       description="Upload an exported folder to a Hub model repository. The token comes "
+                                   "from HF_TOKEN or `hf auth login`.")
+    s.add_argument("folder", help="a folder written by `vlr export` (config.json + *.safetensors)")
+    s.add_argument("repo_id", help="namespace/name; created if missing")
+    s.add_argument("--public", action="store_true", help="create the repository public (default: private)")
+    s.add_argument("--message", "-m", help="commit message (default names the recipe and vlr-plugins version)")
+    s.add_argument("--revision", help="branch to commit to (default: main)")
+    s.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
+    s.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    s.set_defaults(fn=cmd_push)
