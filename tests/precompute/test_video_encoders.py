@@ -126,3 +126,61 @@ def test_a_model_dtype_is_for_mllm_specs_only():
     with pytest.raises(VideoEncoderError, match="'open_clip:ViT-B-32': a model dtype .float16. is chosen for mllm: "
                                                 "specs only"):
         load_video_encoder("open_clip:ViT-B-32", setting="--encoder", dtype="float16")
+
+
+def _videomae_classifier():
+    """A tiny random transformers VideoMAEForVideoClassification, with its own fc_norm output hooked."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.VideoMAEConfig(image_size=32, patch_size=16, num_frames=4, tubelet_size=2, hidden_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                         use_mean_pooling=True, num_labels=3)  # layer_norm_eps: 1e-12
+    torch.manual_seed(0)
+    model = transformers.VideoMAEForVideoClassification(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def _fc_norm_of(model, clip):
+    seen = {}
+    handle = model.fc_norm.register_forward_hook(lambda module, args, out: seen.update(out=out))
+    with torch.no_grad():
+        model(pixel_values=clip)
+    handle.remove()
+    return seen["out"]
+
+
+VIDEOMAE_TOWER = dict(type="SpaceTimeViT", num_frames=4, image_size=32, patch_size=16, tubelet_size=2, width=32,
+                      depth=1, num_heads=2, mlp_ratio=2.0, final_norm=False, pool_norm=True, normalize=False)
+
+
+def test_a_videomae_classifier_through_a_tower_file_and_a_trained_checkpoint_keeps_its_fc_norm_eps(tmp_path):
+    ref = _videomae_classifier()
+    ref.save_pretrained(tmp_path / "classifier")
+    clip = torch.randn(2, 4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    expected = _fc_norm_of(ref, clip)
+    # YAML as users write it: PyYAML reads 1e-12 (no dot) as a string, which the tower takes as the number
+    text = "".join(f"{k}: {v}\n" for k, v in VIDEOMAE_TOWER.items())
+    (tmp_path / "tower.yaml").write_text(text + "layer_norm_eps: 1e-12\ncheckpoint: classifier\n"
+                                                "checkpoint_layout: videomae\n")
+    tower = load_video_encoder(str(tmp_path / "tower.yaml")).eval()
+    assert tower.pool_norm.eps == 1e-5 and tower.blocks[0].norm1.eps == 1e-12
+    with torch.no_grad():
+        torch.testing.assert_close(tower.encode_video(clip), expected, rtol=0, atol=1e-6)
+    # a tower file that gives the encoder's eps keeps it, and is off by more than that tolerance
+    (tmp_path / "eps.json").write_text(json.dumps({**VIDEOMAE_TOWER, "layer_norm_eps": 1e-12, "pool_norm_eps": 1e-12,
+                                                   "checkpoint": "classifier"}))
+    with torch.no_grad():
+        assert (load_video_encoder(str(tmp_path / "eps.json")).eval().encode_video(clip) - expected).abs().max() > 1e-6
+    # a vlr train checkpoint records the tower's config (meta['vlr_video_encoder']) and its weights
+    weights = {f"video_encoder.{k}": v for k, v in tower.state_dict().items()}
+    meta = json.loads(json.dumps(tower.to_config()))
+    torch.save({"meta": {"vlr_video_encoder": meta}, "state_dict": weights}, tmp_path / "trained.pth")
+    trained = load_video_encoder(f"vlr:{tmp_path / 'trained.pth'}").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(trained.encode_video(clip), expected, rtol=0, atol=1e-6)
+    # one recorded before pool_norm_eps existed rebuilds as it did: every norm at layer_norm_eps
+    old = {k: v for k, v in meta.items() if k != "pool_norm_eps"}
+    torch.save({"meta": {"vlr_video_encoder": old}, "state_dict": weights}, tmp_path / "old.pth")
+    assert load_video_encoder(f"vlr:{tmp_path / 'old.pth'}").pool_norm.eps == 1e-12

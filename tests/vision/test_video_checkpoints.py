@@ -1,5 +1,6 @@
-"""VideoMAE, UMT and SMILE checkpoints load into SpaceTimeViT with no missing or unexpected keys,
-and the tower then computes what the original computes."""
+"""UMT, SMILE and native checkpoints load into SpaceTimeViT with no missing or unexpected keys,
+and the tower then computes what the original computes (transformers' VideoMAE:
+test_video_checkpoints_videomae.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from vlr_plugins.vision import (
     read_state_dict,
     smile_to_space_time,
     umt_to_space_time,
-    videomae_to_space_time,
 )
 
 pytest.importorskip("timm")
@@ -27,68 +27,6 @@ EPS = 1e-6
 
 def _clip(frames: int = 4, seed: int = 0) -> torch.Tensor:
     return torch.randn(2, frames, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
-
-
-# --- transformers VideoMAE ---------------------------------------------------------------
-
-def _videomae(mean_pooling: bool, cls=None, eps: float = EPS):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.VideoMAEConfig(image_size=32, patch_size=16, num_frames=4, tubelet_size=2,
-                                         hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                         intermediate_size=64, layer_norm_eps=eps,
-                                         use_mean_pooling=mean_pooling, num_labels=3)
-    torch.manual_seed(0)
-    model = (cls or transformers.VideoMAEModel)(config).eval()
-    with torch.no_grad():
-        for param in model.parameters():  # away from the 0/1 initialisation, so every weight matters
-            param.add_(0.1 * torch.randn_like(param))
-    return model
-
-
-@pytest.mark.parametrize("mean_pooling", [False, True])
-def test_videomae_model_runs_the_same_in_the_tower(mean_pooling):
-    ref = _videomae(mean_pooling)
-    vit = SpaceTimeViT(**TINY_VIT, final_norm=not mean_pooling, normalize=False).eval()
-    loaded = load_video_checkpoint(vit, ref.state_dict())
-    assert (loaded.layout, loaded.dropped, loaded.missing, loaded.unexpected) == ("videomae", [], [], [])
-    frames = _clip()
-    with torch.no_grad():
-        expected = ref(pixel_values=frames).last_hidden_state
-        out = vit(frames)
-    assert torch.allclose(out.tokens, expected, atol=1e-5)
-    assert torch.allclose(out.embedding, expected.mean(dim=1), atol=1e-5)
-
-
-def test_videomae_classifier_checkpoint_keeps_fc_norm_as_pool_norm():
-    transformers = pytest.importorskip("transformers")
-    # fc_norm is a plain nn.LayerNorm (eps 1e-5) in transformers: use that eps throughout
-    ref = _videomae(True, transformers.VideoMAEForVideoClassification, eps=1e-5)
-    vit = SpaceTimeViT(**TINY_VIT, final_norm=False, pool_norm=True, layer_norm_eps=1e-5,
-                       normalize=False).eval()
-    loaded = load_video_checkpoint(vit, ref.state_dict(), layout="videomae")
-    assert loaded.dropped == ["classifier.bias", "classifier.weight"]
-    frames = _clip()
-    with torch.no_grad():
-        expected = ref.fc_norm(ref.videomae(pixel_values=frames).last_hidden_state.mean(dim=1))
-        assert torch.allclose(vit(frames).pooled, expected, atol=1e-5)
-        assert torch.allclose(ref.classifier(vit(frames).pooled), ref(pixel_values=frames).logits, atol=1e-5)
-
-
-def test_videomae_older_q_bias_v_bias_names_map_too():
-    ref = _videomae(False)
-    old = {k.replace("attention.attention.query.bias", "attention.attention.q_bias")
-            .replace("attention.attention.value.bias", "attention.attention.v_bias"): v
-           for k, v in ref.state_dict().items()}
-    assert any("q_bias" in k for k in old)
-    assert videomae_to_space_time(old).keys() == videomae_to_space_time(ref.state_dict()).keys()
-    for key, value in videomae_to_space_time(old).items():
-        assert torch.equal(value, videomae_to_space_time(ref.state_dict())[key])
-
-
-def test_fused_qkv_has_a_zero_key_bias():
-    sd = videomae_to_space_time(_videomae(False).state_dict())
-    bias = sd["blocks.0.attn.qkv.bias"]
-    assert bias.shape == (96,) and torch.equal(bias[32:64], torch.zeros(32))
 
 
 # --- UMT -----------------------------------------------------------------------------------
@@ -252,13 +190,6 @@ def test_files_load_through_the_constructor(tmp_path):
     b = SpaceTimeViT(**UMT_VIT, pretrained=str(tmp_path / "umt.pth"), checkpoint_layout="umt")
     assert torch.equal(a.proj.weight, sd["vision_proj.weight"]) and torch.equal(b.proj.weight, a.proj.weight)
     assert read_state_dict(tmp_path / "umt.pth").keys() == sd.keys()
-
-
-def test_a_saved_transformers_model_folder_loads(tmp_path):
-    ref = _videomae(False)
-    ref.save_pretrained(tmp_path / "videomae")
-    vit = SpaceTimeViT(**TINY_VIT, pretrained=str(tmp_path / "videomae"))
-    assert torch.equal(vit.norm.weight, ref.layernorm.weight)
 
 
 def test_a_checkpoint_pickling_objects_is_not_read(tmp_path):

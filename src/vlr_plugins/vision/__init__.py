@@ -30,6 +30,7 @@ from vlr_plugins.vision.stage_one import STAGE_TWO_HEADS, load_stage_one
 from vlr_plugins.vision.token_drop import gather_tokens, keep_index
 from vlr_plugins.vision.video_checkpoints import (
     CHECKPOINT_LAYOUTS,
+    VIDEOMAE_FC_NORM_EPS,
     LoadedCheckpoint,
     detect_layout,
     load_video_checkpoint,
@@ -51,6 +52,7 @@ __all__ = [
     "SpaceTimeOutput",
     "STAGE_TWO_HEADS",
     "SpaceTimeViT",
+    "VIDEOMAE_FC_NORM_EPS",
     "VideoTower",
     "build_image_tower",
     "detect_layout",

@@ -50,6 +50,20 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
+def _eps(name: str, value: Any) -> float:
+    """A norm's eps as a float. YAML 1.1 (PyYAML) reads ``1e-12`` (no dot) as a string: such a
+    string is taken as the number it spells."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(number)
+
+
 @MODELS.register
 class SpaceTimeViT(nn.Module):
     """Joint space-time attention over tubelet tokens: clips (B, T, 3, H, W) -> (B, D).
@@ -67,6 +81,11 @@ class SpaceTimeViT(nn.Module):
     (``final_norm``, ``pool_norm``, ``embed_dim``, ``normalize``) so that one module holds
     VideoMAE (transformers: no final norm with mean pooling), SMILE / VideoMAE's code
     (``norm`` or ``fc_norm``) and UMT (``norm``, ``pool_norm``, ``vision_proj``) exactly.
+    Every norm uses ``layer_norm_eps`` except ``pool_norm`` when ``pool_norm_eps`` is given:
+    transformers' ``VideoMAEForVideoClassification`` builds its ``fc_norm`` with torch's
+    default 1e-5 while its encoder uses the config's ``layer_norm_eps`` (1e-12), and loading
+    such a checkpoint sets ``pool_norm_eps`` to 1e-5 when it was left unset
+    (:func:`~vlr_plugins.vision.load_video_checkpoint`; :meth:`set_pool_norm_eps`).
 
     Positions: ``"sincos"`` is the fixed sinusoid table of VideoMAE and UMT over the flat
     token index; weights trained on another frame count or resolution
@@ -119,6 +138,7 @@ class SpaceTimeViT(nn.Module):
         pretrained_image_size: int | None = None,
         final_norm: bool = True,
         pool_norm: bool = False,
+        pool_norm_eps: float | None = None,
         embed_dim: int | None = None,
         normalize: bool = True,
         token_drop_ratio: float = 0.0,
@@ -139,6 +159,9 @@ class SpaceTimeViT(nn.Module):
             raise ValueError(f"pos_embed must be one of {POSITION_EMBEDDINGS}, got {pos_embed!r}")
         if token_drop_mode not in TOKEN_DROP_MODES:
             raise ValueError(f"token_drop_mode must be one of {TOKEN_DROP_MODES}, got {token_drop_mode!r}")
+        layer_norm_eps = _eps("layer_norm_eps", layer_norm_eps)
+        if pool_norm_eps is not None:
+            pool_norm_eps = _eps("pool_norm_eps (null: layer_norm_eps)", pool_norm_eps)
         self.config = {k: v for k, v in locals().items()
                        if k not in ("self", "Block", "__class__", "pretrained", "checkpoint_layout")}
         self.config["image_mean"], self.config["image_std"] = list(image_mean), list(image_std)
@@ -170,6 +193,8 @@ class SpaceTimeViT(nn.Module):
                   init_values=init_values, drop_path=rate, norm_layer=norm) for rate in rates])
         self.norm = norm(width) if final_norm else nn.Identity()
         self.pool_norm = norm(width) if pool_norm else nn.Identity()
+        if pool_norm and pool_norm_eps is not None:
+            self.pool_norm.eps = pool_norm_eps
         self.proj = nn.Linear(width, embed_dim) if embed_dim is not None else nn.Identity()
         self.embed_dim = embed_dim or width
         self.apply(_init_weights)
@@ -195,6 +220,13 @@ class SpaceTimeViT(nn.Module):
         self.register_buffer("pos_video", video[None], persistent=False)
         self.register_buffer("pos_image", image[None], persistent=False)
         self.config["pretrained_num_frames"], self.config["pretrained_image_size"] = num_frames, image_size
+
+    def set_pool_norm_eps(self, eps: float) -> None:
+        """Use ``eps`` in ``pool_norm`` (recorded in :meth:`to_config` as ``pool_norm_eps``)."""
+        eps = _eps("pool_norm_eps", eps)
+        if not isinstance(self.pool_norm, nn.LayerNorm):
+            raise ValueError("this tower has no pool_norm (build it with pool_norm=True)")
+        self.pool_norm.eps = self.config["pool_norm_eps"] = eps
 
     def set_grad_checkpointing(self, enable: bool | int = True) -> None:
         """Recompute all blocks (True), none (False) or the first ``enable`` blocks in backward."""

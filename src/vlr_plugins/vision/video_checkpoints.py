@@ -7,6 +7,8 @@ One key mapping per layout turns a checkpoint's names into :class:`SpaceTimeViT`
   ``encoder.layer.N.attention.attention.query``/``key``/``value``, ``layernorm_before`` ...),
   optionally under ``videomae.`` (``VideoMAEForVideoClassification`` / ``ForPreTraining``,
   whose ``fc_norm`` becomes ``pool_norm``); the older ``q_bias`` / ``v_bias`` names too.
+  That ``fc_norm`` has torch's eps (:data:`VIDEOMAE_FC_NORM_EPS`), not the config's
+  ``layer_norm_eps``: loading it sets the tower's ``pool_norm_eps`` so, unless one was given.
 * ``umt``: Unmasked Teacher's ViT (``encoder.patch_embed.proj``, ``encoder.blocks.N.attn.qkv``
   with ``q_bias`` / ``v_bias``, ``encoder.norm``, ``pool_norm``), as a backbone checkpoint or
   inside a full UMT model (``vision_encoder.`` prefix, ``vision_proj`` becomes ``proj``).
@@ -36,12 +38,16 @@ from torch import nn
 
 from vlr_plugins.vision.positions import resample_spatial, resample_temporal
 
-__all__ = ["CHECKPOINT_LAYOUTS", "LoadedCheckpoint", "detect_layout", "load_video_checkpoint",
-           "read_state_dict", "smile_to_space_time", "umt_to_space_time", "videomae_to_space_time"]
+__all__ = ["CHECKPOINT_LAYOUTS", "VIDEOMAE_FC_NORM_EPS", "LoadedCheckpoint", "detect_layout",
+           "load_video_checkpoint", "read_state_dict", "smile_to_space_time", "umt_to_space_time",
+           "videomae_to_space_time"]
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_LAYOUTS = ("videomae", "umt", "smile", "native")
+
+#: the eps of ``VideoMAEForVideoClassification.fc_norm``: ``nn.LayerNorm(hidden_size)``, torch's default
+VIDEOMAE_FC_NORM_EPS = 1e-5
 
 _VIDEOMAE_RENAMES = [
     (r"^embeddings\.patch_embeddings\.projection\.", "patch_embed."),
@@ -248,6 +254,18 @@ def _hint(keys: list[str], in_checkpoint: bool) -> str:
     return f" (build the tower with {', '.join(tips)})" if tips else ""
 
 
+def _videomae_fc_norm_eps(model: nn.Module, where: str) -> None:
+    """A VideoMAEForVideoClassification ``fc_norm`` was loaded into ``pool_norm``: use its eps."""
+    if not hasattr(model, "set_pool_norm_eps"):
+        return
+    given = model.config.get("pool_norm_eps")
+    if given is None:
+        model.set_pool_norm_eps(VIDEOMAE_FC_NORM_EPS)
+    elif given != VIDEOMAE_FC_NORM_EPS:
+        logger.warning("%s: transformers' VideoMAE fc_norm uses eps %g; the tower keeps its pool_norm_eps=%g",
+                       where, VIDEOMAE_FC_NORM_EPS, given)
+
+
 def load_video_checkpoint(model: nn.Module, checkpoint: str | Path | Mapping[str, torch.Tensor],
                           layout: str = "auto", *, strict: bool = True) -> LoadedCheckpoint:
     """Load a VideoMAE / UMT / SMILE / native checkpoint (a file or a state dict) into ``model``.
@@ -256,7 +274,9 @@ def load_video_checkpoint(model: nn.Module, checkpoint: str | Path | Mapping[str
     vision tower are dropped, learnt position tables are resampled to the tower's grid
     (fixed sin-cos tables are rebuilt from ``pretrained_num_frames`` /
     ``pretrained_image_size`` instead), shapes are checked, and the state dict is loaded;
-    ``strict`` refuses missing or unexpected keys, naming the flag that would fit.
+    ``strict`` refuses missing or unexpected keys, naming the flag that would fit. A
+    ``videomae`` checkpoint with ``fc_norm`` (``VideoMAEForVideoClassification``) sets the
+    tower's ``pool_norm_eps`` to :data:`VIDEOMAE_FC_NORM_EPS` when the tower left it unset.
     """
     state = read_state_dict(checkpoint) if isinstance(checkpoint, (str, Path)) else _unwrap(checkpoint)
     where = str(checkpoint) if isinstance(checkpoint, (str, Path)) else "the state dict"
@@ -285,4 +305,6 @@ def load_video_checkpoint(model: nn.Module, checkpoint: str | Path | Mapping[str
             parts.append(f"unexpected {unexpected}{_hint(unexpected, True)}")
         raise KeyError(f"{where} ({layout} layout) does not match this {type(model).__name__}: "
                        + "; ".join(parts))
+    if layout == "videomae" and "pool_norm.weight" in mapped and "pool_norm.weight" not in unexpected:
+        _videomae_fc_norm_eps(model, where)
     return LoadedCheckpoint(layout=layout, dropped=dropped, missing=missing, unexpected=unexpected)
