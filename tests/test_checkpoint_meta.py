@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+from _pickled import AttrDict, payloads, saved_as
 
 from vlr_plugins.checkpoint_meta import (
     check_text_encoder_checkpoint,
@@ -80,6 +81,36 @@ def test_load_weights_only_refuses_by_name_what_it_will_not_read(tmp_path, write
     assert "weights_only=False" not in message  # torch's advice to run the file's code is not passed on
     with pytest.raises(MissingFileError, match="no checkpoint at .*absent.pth"):
         load_weights_only(tmp_path / "absent.pth")
+
+
+def test_load_weights_only_reads_a_pickled_training_config_as_dicts(tmp_path):
+    # UMT / SMILE save their run's config beside the weights: read as dicts, nothing run
+    config = AttrDict({"model": {"vision_encoder": {"name": "vit_b16"}}, "lr": 1e-4})
+    path = saved_as({"model": {"w": torch.ones(2)}, "config": config, "epoch": 3}, tmp_path / "umt.pth",
+                    {AttrDict: "utils.easydict.EasyDict"})
+    back = load_weights_only(path, mmap=True)
+    assert back["config"] == {"model": {"vision_encoder": {"name": "vit_b16"}}, "lr": 1e-4}
+    assert type(back["config"]) is dict and type(back["config"]["model"]) is dict and back["epoch"] == 3
+
+
+@pytest.mark.parametrize("named", ["mmengine.config.ConfigDict", "utils.config.Config"])
+def test_load_weights_only_refuses_a_config_class_it_does_not_read(tmp_path, named):
+    path = saved_as({"config": AttrDict({"lr": 1e-4})}, tmp_path / "c.pth", {AttrDict: named})
+    with pytest.raises(DataFormatError, match=re.escape(f"not a weights-only checkpoint: it holds pickled Python "
+                                                        f"objects (e.g. {named})")) as info:
+        load_weights_only(path)
+    assert "weights_only=False" not in str(info.value)
+
+
+def test_load_weights_only_never_runs_a_payload(tmp_path):
+    marker = tmp_path / "ran"
+    for i, (named, payload) in enumerate(payloads(marker).items()):
+        for ckpt in ({"state_dict": {}, "meta": {"x": payload}}, {"config": AttrDict({"lr": payload})}):
+            path = saved_as(ckpt, tmp_path / f"{i}.pth", {AttrDict: "easydict.EasyDict"})
+            with pytest.raises(DataFormatError, match=re.escape(f"not a weights-only checkpoint: it holds "
+                                                                f"pickled Python objects (e.g. {named})")):
+                load_weights_only(path)
+            assert not marker.exists(), f"the {named} payload ran"
 
 
 def test_check_text_encoder_checkpoint(tmp_path):

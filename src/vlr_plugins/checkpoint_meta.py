@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 from vlr_plugins.errors import DataFormatError, MissingFileError
+from vlr_plugins.pickled_configs import torch_load_weights_only
 
 __all__ = ["check_text_encoder_checkpoint", "load_weights_only", "loss_config", "read_checkpoint_meta"]
 
@@ -67,6 +68,11 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
       ``DataFormatError`` saying why vlr never unpickles it (torch's own message suggests
       ``weights_only=False``, which runs whatever the file says).
 
+    The training configs released UMT / SMILE checkpoints pickle beside their weights
+    (``EasyDict``, ``argparse.Namespace``: :data:`vlr_plugins.pickled_configs.CONFIG_CLASSES`)
+    come back as plain nested dicts, read without importing or running anything
+    (:func:`vlr_plugins.pickled_configs.torch_load_weights_only`).
+
     ``mmap`` maps a checkpoint of the zip format (``torch.save``'s default) instead of
     reading it, for when only its metadata is wanted; older formats are read whole.
 
@@ -79,8 +85,6 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
     import pickle
     import zipfile
 
-    import torch
-
     path = os.fspath(path)
     if os.path.isdir(path):
         raise DataFormatError(path, "is a folder; expected a checkpoint file (.pth)")
@@ -89,7 +93,7 @@ def load_weights_only(path: str | os.PathLike, *, mmap: bool = False) -> Any:
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of files it then refuses
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+            return torch_load_weights_only(path, mmap=mmap and zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         # weights_only refuses Python objects by name (a GLOBAL); an opcode it does not know
         # ("Unsupported operand") means the file is no torch.save pickle at all

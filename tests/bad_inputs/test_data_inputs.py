@@ -179,6 +179,18 @@ def _checkpoint(obj: Any) -> Callable[[Path, dict[str, str]], None]:
     return lambda path, places: torch.save(obj, path)
 
 
+def _config_checkpoint(config_class: str, *, payload: bool = False) -> Callable[[Path, dict[str, str]], None]:
+    """A checkpoint with its run's config pickled as ``config_class`` (UMT / SMILE save one); with
+    ``payload``, the config's learning rate runs a command that creates ``ran`` beside it."""
+    def write(path: Path, places: dict[str, str]) -> None:
+        from _pickled import AttrDict, payloads, saved_as
+
+        lr = payloads(path.parent / "ran")["posix.system"] if payload else 1e-4
+        saved_as({"meta": {}, "state_dict": {"w": torch.zeros(2)}, "config": AttrDict({"optimizer": {"lr": lr}})},
+                 path, {AttrDict: config_class})
+    return write
+
+
 def _store(dim: int, ids: list[str] | None = None) -> Callable[[Path, dict[str, str]], None]:
     def make(path: Path, places: dict[str, str]) -> None:
         from vlr_plugins.data import EmbeddingStoreWriter
@@ -215,6 +227,12 @@ EVAL = [
      ["{tmp}/model.pth", "not a PyTorch checkpoint"]),
     ("model: a pickle of Python objects", {"model.pth": _checkpoint({"meta": {}, "lr": fractions.Fraction(1, 3)})},
      _eval(model="{tmp}/model.pth"), ["{tmp}/model.pth", "not a weights-only checkpoint", "fractions.Fraction"]),
+    ("model: a checkpoint whose pickled training config is a class vlr does not read",
+     {"model.pth": _config_checkpoint("mmengine.config.ConfigDict")}, _eval(model="{tmp}/model.pth"),
+     ["{tmp}/model.pth", "not a weights-only checkpoint", "mmengine.config.ConfigDict"]),
+    ("model: a checkpoint whose training config carries a payload",
+     {"model.pth": _config_checkpoint("easydict.EasyDict", payload=True)}, _eval(model="{tmp}/model.pth"),
+     ["{tmp}/model.pth", "not a weights-only checkpoint", "posix.system"]),
     ("model: a whole pickled module (torch.save(model))", {"model.pth": _checkpoint(torch.nn.Linear(2, 2))},
      _eval(model="{tmp}/model.pth"), ["{tmp}/model.pth", "not a weights-only checkpoint", "Linear"]),
     ("model: a plain pickle", {"model.pth": lambda path, places: path.write_bytes(pickle.dumps({"w": [1.0]}))},

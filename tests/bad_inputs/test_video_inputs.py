@@ -88,6 +88,20 @@ def _checkpoint_of_another_width(path: Path, places: dict[str, str]) -> None:
     save_file({"tower.encoder.cls_token": torch.zeros(1, 1, 64)}, str(path))
 
 
+def _released_checkpoint(config_class: str, *, payload: bool = False):
+    """A UMT training checkpoint (weights, optimizer, the run's config pickled as ``config_class``);
+    with ``payload``, the config's learning rate runs a command that creates ``ran`` beside it."""
+    def write(path: Path, places: dict[str, str]) -> None:
+        from _pickled import AttrDict, payloads, saved_as
+
+        lr = payloads(path.parent / "ran")["posix.system"] if payload else 1e-4
+        saved_as({"model": {"vision_encoder.encoder.patch_embed.proj.weight": torch.zeros(32, 3, 1, 16, 16)},
+                  "optimizer": {"state": {}, "param_groups": []}, "epoch": 3,
+                  "config": AttrDict({"model": {"vision_encoder": {"name": "vit_b16"}}, "optimizer": {"lr": lr}})},
+                 path, {AttrDict: config_class})
+    return write
+
+
 def _video(name: str):
     def write(path: Path, places: dict[str, str]) -> None:
         write_video(path.with_suffix(""), "h264", 10)
@@ -159,6 +173,14 @@ CASES = [
     ("encoder: a tower config whose checkpoint is not there", {"ck.yaml": TOWER + "checkpoint: ck/tower.safetensors\n"},
      _precompute(encoder="ck.yaml"),
      ["--encoder 'ck.yaml', field 'checkpoint'", "no checkpoint at ck/tower.safetensors"]),
+    ("encoder: a tower config whose checkpoint pickles a config class vlr does not read",
+     {"st.yaml": SPACE_TIME + "checkpoint: ckpt_best.pth\n", "ckpt_best.pth": _released_checkpoint("mmengine.Config")},
+     _precompute(encoder="st.yaml"), ["--encoder 'st.yaml', field 'checkpoint'", "ckpt_best.pth", "more than tensors",
+                                      "(mmengine.Config)"]),
+    ("encoder: a tower config whose checkpoint's config carries a payload",
+     {"st.yaml": SPACE_TIME + "checkpoint: ckpt_best.pth\n",
+      "ckpt_best.pth": _released_checkpoint("utils.easydict.EasyDict", payload=True)},
+     _precompute(encoder="st.yaml"), ["--encoder 'st.yaml', field 'checkpoint'", "ckpt_best.pth", "(posix.system)"]),
     ("encoder: a tower config whose checkpoint does not fit",
      {"fit.yaml": TOWER + "checkpoint: wide.safetensors\n", "wide.safetensors": _checkpoint_of_another_width},
      _precompute(encoder="fit.yaml"), ["--encoder", "field 'checkpoint'", "wide.safetensors", "(1, 1, 64)"]),

@@ -193,11 +193,14 @@ def test_files_load_through_the_constructor(tmp_path):
 
 
 def test_a_checkpoint_pickling_objects_is_not_read(tmp_path):
-    from argparse import Namespace  # training checkpoints pickle their run's arguments or config
+    from fractions import Fraction  # an object no config class of pickled_configs.CONFIG_CLASSES
 
-    torch.save({"model": {}, "args": Namespace(lr=1e-4)}, tmp_path / "full.pth")
-    with pytest.raises(ValueError, match="more than tensors"):
+    torch.save({"model": {}, "args": {"lr": Fraction(1, 3)}}, tmp_path / "full.pth")
+    with pytest.raises(ValueError, match=r"more than tensors: a pickled Python object \(fractions.Fraction\)"):
         read_state_dict(tmp_path / "full.pth")
+    (tmp_path / "text.pth").write_text("not a checkpoint\n")
+    with pytest.raises(ValueError, match="text.pth is not a PyTorch checkpoint"):
+        read_state_dict(tmp_path / "text.pth")
 
 
 def test_a_mismatched_tower_names_the_flag_to_change():

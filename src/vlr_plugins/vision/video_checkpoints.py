@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vlr_plugins.pickled_configs import CONFIG_CLASSES, torch_load_weights_only
 from vlr_plugins.vision.positions import resample_spatial, resample_temporal
 
 __all__ = ["CHECKPOINT_LAYOUTS", "VIDEOMAE_FC_NORM_EPS", "LoadedCheckpoint", "detect_layout",
@@ -90,7 +91,9 @@ class LoadedCheckpoint:
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint file: safetensors, or a torch file read weights-only.
+    """The tensors of a checkpoint file: safetensors, or a torch file read weights-only
+    (the training config UMT / SMILE checkpoints pickle beside the weights is read as a dict:
+    :func:`vlr_plugins.pickled_configs.torch_load_weights_only`).
 
     A folder (e.g. a downloaded transformers model) gives its ``model.safetensors`` or
     ``pytorch_model.bin``. A training checkpoint's ``model`` / ``module`` / ``state_dict``
@@ -109,13 +112,25 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
         return load_file(str(path))
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch_load_weights_only(path)
     except Exception as err:
+        if not re.search(r"Unsupported global|GLOBAL |unrecognized function|Unsupported class", str(err)):
+            raise ValueError(f"{path} is not a PyTorch checkpoint (torch.load: {type(err).__name__}: "
+                             f"{_gist(err)})") from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = f" ({found.group(1)})" if found else ""
         raise ValueError(
-            f"{path} holds more than tensors (e.g. a pickled training config), which is not read "
-            f"for safety; load it yourself where you trust it and save its state dict with "
-            f"safetensors.torch.save_file ({type(err).__name__}: {err})") from err
+            f"{path} holds more than tensors: a pickled Python object{what} other than the training "
+            f"configs read as dicts ({', '.join(CONFIG_CLASSES)}), which is not read for safety; load it "
+            f"yourself where you trust it and save its state dict with safetensors.torch.save_file "
+            f"({type(err).__name__}: {_gist(err)})") from None
     return _unwrap(obj, str(path))
+
+
+def _gist(err: BaseException) -> str:
+    # torch's weights_only message is a page of advice, weights_only=False among it: keep its finding
+    text = " ".join(str(err).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].split())
+    return text[:300]
 
 
 def _unwrap(obj: Any, where: str = "the checkpoint") -> dict[str, torch.Tensor]:
