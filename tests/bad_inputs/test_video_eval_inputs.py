@@ -10,7 +10,9 @@ say where the problem is. Every case must exit 2 without a traceback
 Placeholders: ``{tmp}`` the case's folder, ``{clip}`` a tiny open_clip model folder (32-d,
 24 text positions), ``{csv}`` an MSR-VTT 1k-A file of three videos, ``{store}`` their store
 (32-d, 16 middle frames recorded), ``{tiny_name}`` an open_clip config registered in this
-process and ``{wide}`` a checkpoint of another architecture.
+process and ``{wide}`` a checkpoint of another architecture; ``{longclip_name}`` a tiny
+QuickGELU config registered in this process, whose Long-CLIP checkpoints (two 248-row
+positional tables) the ``longclip.pt`` cases write.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from _refusal import assert_refused, fill, tree, write_files
 
 open_clip = pytest.importorskip("open_clip")
 
+from _long_clip import long_clip_state, register_tiny_long_clip  # noqa: E402
 from _video_world import MSRVTT, TINY_CLIP, save_tiny_open_clip  # noqa: E402
 
 MVC = "multi-view-captions/zero-shot"
@@ -56,8 +59,19 @@ def world(tmp_path_factory) -> dict[str, str]:
     open_clip.add_model_config(root / "configs")
     wide = root / "wide.pt"
     torch.save(open_clip.CLIP(**{**TINY_CLIP, "embed_dim": 16}).state_dict(), wide)
+    longclip_name = register_tiny_long_clip(root / "configs", "vlr-catalogue-longclip")
     return {"clip": str(clip), "csv": str(csv), "store": str(root / "store"), "tiny_name": "vlr-catalogue-tinyclip",
-            "wide": str(wide)}
+            "wide": str(wide), "longclip_name": longclip_name}
+
+
+def _long_clip(rows: int = 248, res_rows: int | None = None) -> Callable[[Path, dict[str, str]], None]:
+    """A Long-CLIP checkpoint (its two text positional tables cut to ``rows`` / ``res_rows`` rows)."""
+    def make(path: Path, places: dict[str, str]) -> None:
+        state = long_clip_state()
+        state["positional_embedding"] = state["positional_embedding"][:rows]
+        state["positional_embedding_res"] = state["positional_embedding_res"][:res_rows or rows]
+        torch.save(state, path)
+    return make
 
 
 def _bench(store: str = "{store}", name: str = "msrvtt") -> str:
@@ -105,6 +119,21 @@ CASES = [
      ["--model", "{tmp}/clip-folder", "no open_clip model"]),
     ("model: a local-dir folder without weights", {"bare/open_clip_config.json": json.dumps({"model_cfg": TINY_CLIP})},
      _eval(model="open_clip:local-dir:{tmp}/bare"), ["--model", "{tmp}/bare", "holds no weights"]),
+    ("model: a Long-CLIP checkpoint whose positional_embedding_res has another shape",
+     {"longclip.pt": _long_clip(res_rows=247)}, _eval(model="open_clip:{longclip_name}-ctx248:{tmp}/longclip.pt"),
+     ["{tmp}/longclip.pt", "field 'positional_embedding_res'", "(248, 32); found (247, 32)"]),
+    ("model: a Long-CLIP checkpoint without the 248-row context", {"longclip.pt": _long_clip(rows=77)},
+     _eval(model="open_clip:{longclip_name}-ctx248:{tmp}/longclip.pt"),
+     ["{tmp}/longclip.pt", "field 'positional_embedding'", "masks 248 rows", "(77, 32)"]),
+    ("model: a Long-CLIP checkpoint under another context length", {"longclip.pt": _long_clip()},
+     _eval(model="open_clip:{longclip_name}-ctx96:{tmp}/longclip.pt"),
+     ["{tmp}/longclip.pt", "'positional_embedding_res'", "{longclip_name}-ctx96 has 96", "{longclip_name}-ctx248"]),
+    ("model: a Long-CLIP checkpoint under a 77-token name", {"longclip.pt": _long_clip()},
+     _eval(model="open_clip:{longclip_name}:{tmp}/longclip.pt"),
+     ["--model", "{tmp}/longclip.pt", "'positional_embedding_res'", "open_clip:{longclip_name}-ctx248:"]),
+    ("model: a Long-CLIP checkpoint in a model without QuickGELU", {"longclip.pt": _long_clip()},
+     _eval(model="open_clip:{tiny_name}-ctx248:{tmp}/longclip.pt"),
+     ["{tmp}/longclip.pt", "'positional_embedding_res'", "runs QuickGELU", "{tiny_name}-ctx248"]),
     ("model: an hf-hub model that is not downloaded (offline)", {}, _eval(model="open_clip:hf-hub:nobody/no-such-clip"),
      ["--model", "'nobody/no-such-clip'", "docs/quickstart.md (offline use)"]),
     ("model: a module that is not there", {}, _eval(model="toy_absent_model:Model"),

@@ -83,3 +83,109 @@ def test_contradictions_are_refused(tiny_model, tiny_checkpoint):
         create_long_context_model("vlr-tiny-ctx96", str(path), context_length=128)
     with pytest.raises(ValueError, match="give context_length"):
         create_long_context_model(tiny_model, str(path))
+
+
+# ---------------------------------------------------------------- Long-CLIP's own checkpoints
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory):
+    """A tiny Long-CLIP checkpoint (two distinct 248-row tables), its state, and the model name."""
+    from _long_clip import register_tiny_long_clip, save_long_clip_checkpoint
+
+    root = tmp_path_factory.mktemp("longclip")
+    base = register_tiny_long_clip(root / "configs")
+    name = add_long_context_config(base, 248, root / "configs")
+    path = root / "longclip-tiny.pt"
+    return path, save_long_clip_checkpoint(path), name
+
+
+def test_a_long_clip_checkpoint_embeds_texts_as_long_clip_does(long_clip):
+    from _long_clip import long_clip_encode_text, token_rows
+
+    path, state, name = long_clip
+    model = create_long_context_model(name, str(path)).eval()
+    tokens = token_rows([3, 19, 20, 21, 100, 247])  # end tokens on both sides of row 20
+    with torch.no_grad():
+        ours = model.encode_text(tokens).double()
+    expected = long_clip_encode_text(state, tokens, heads=2)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    # the reference tells the tables apart: either one alone is wrong on one side of row 20
+    for table, wrong_rows in (("positional_embedding", slice(3, None)), ("positional_embedding_res", slice(0, 2))):
+        one = {**state, "positional_embedding": state[table], "positional_embedding_res": state[table]}
+        assert (long_clip_encode_text(one, tokens, heads=2) - expected)[wrong_rows].abs().amin(dim=1).gt(1e-3).all()
+    pos = model.positional_embedding
+    assert torch.equal(pos[:20], state["positional_embedding"][:20])
+    assert torch.equal(pos[20:], state["positional_embedding_res"][20:])
+    assert pos.frozen_rows == 20, "Long-CLIP trains only rows 20.. (its first table needs no grad)"
+    assert not hasattr(model, "positional_embedding_res")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_folded_table_adds_bit_for_bit_what_long_clip_adds(long_clip, dtype):
+    # Long-CLIP: x + (pos * mask1).type(dtype) + (res * mask2).type(dtype), the masks float32
+    # as in its model; open_clip: x + table.to(dtype), with the table folded from the two
+    from vlr_plugins.integrations.open_clip.long_clip_checkpoint import fold_long_clip_positions
+
+    path, state, _ = long_clip
+    pos, res = state["positional_embedding"], state["positional_embedding_res"]
+    mask1, mask2 = torch.zeros(248, 1), torch.zeros(248, 1)
+    mask1[:20], mask2[20:] = 1, 1
+    x = (torch.randn(4, 248, 32) * 3).to(dtype)
+    long_clip_sum = x + (pos * mask1).type(dtype) + (res * mask2).type(dtype)
+    folded = fold_long_clip_positions(state, path)["positional_embedding"]
+    assert torch.equal(x + folded.to(dtype), long_clip_sum)
+
+
+def test_a_long_clip_checkpoint_saved_by_open_clip_loads_back_with_plain_open_clip(long_clip, tmp_path):
+    path, _, name = long_clip
+    model = create_long_context_model(name, str(path), train_new_only=False)
+    saved = tmp_path / "folded.pt"
+    torch.save({"state_dict": model.state_dict()}, saved)
+    again = open_clip.create_model(name, pretrained=str(saved))
+    assert torch.equal(again.positional_embedding, model.positional_embedding)
+
+
+def _refusal(tmp_path, state, **changes):
+    bad = {**state, **changes}
+    path = tmp_path / "bad-longclip.pt"
+    torch.save({k: v for k, v in bad.items() if v is not None}, path)
+    return str(path)
+
+
+def test_long_clip_tables_of_the_wrong_shape_are_refused_naming_file_and_key(long_clip, tmp_path):
+    from vlr_plugins.errors import DataFormatError
+
+    _, state, name = long_clip
+    res, pos = state["positional_embedding_res"], state["positional_embedding"]
+    cases = [
+        ({"positional_embedding_res": res[:247]}, "field 'positional_embedding_res'",
+         r"\(248, 32\); found \(247, 32\)"),
+        ({"positional_embedding": pos[:77], "positional_embedding_res": res[:77]},
+         "field 'positional_embedding'", r"masks 248 rows; found shape \(77, 32\)"),
+        ({"positional_embedding": None}, "field 'positional_embedding_res'", "but no positional_embedding"),
+        ({"positional_embedding_res": torch.where(torch.arange(248)[:, None] == 5, float("inf"), res)},
+         "field 'positional_embedding_res'", "non-finite"),
+    ]
+    for changes, key, words in cases:
+        bad = _refusal(tmp_path, state, **changes)
+        with pytest.raises(DataFormatError, match=words) as e:
+            create_long_context_model(name, bad)
+        assert str(e.value).startswith(f"{bad}, {key}: ")
+
+
+def test_a_long_clip_checkpoint_needs_248_positions_and_quick_gelu(long_clip, tmp_path):
+    from _long_clip import TINY_LONG_CLIP, register_tiny_long_clip
+
+    from vlr_plugins.errors import ConfigError
+
+    path, _, name = long_clip
+    base = name[: -len("-ctx248")]
+    with pytest.raises(ConfigError, match=f"{path}: a Long-CLIP checkpoint .* has 248 text positions; "
+                                          f"{base}-ctx96 has 96: load it as {name}$"):
+        create_long_context_model(add_long_context_config(base, 96, tmp_path), str(path))
+    gelu = register_tiny_long_clip(tmp_path, "vlr-test-longclip-gelu", {**TINY_LONG_CLIP, "quick_gelu": False})
+    with pytest.raises(ConfigError, match="runs QuickGELU"):
+        create_long_context_model(f"{gelu}-ctx248", str(path), context_length=None)
+    forced = create_long_context_model(f"{gelu}-ctx248", str(path), force_quick_gelu=True)
+    assert torch.equal(forced.positional_embedding, create_long_context_model(name, str(path)).positional_embedding)

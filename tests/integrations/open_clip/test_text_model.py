@@ -108,3 +108,30 @@ def test_an_open_clip_model_is_a_text_model():
     model = open_clip.CLIP(**TINY_CLIP)
     wrapped = OpenCLIPTextModel(model, open_clip.get_tokenizer("ViT-B-32", context_length=24), name="tiny")
     assert wrapped.encode_text(TEXTS).shape == (2, 32) and wrapped.name == "tiny"
+
+
+def test_a_long_clip_checkpoint_embeds_texts_as_long_clip_encode_text_does(tmp_path):
+    # Long-CLIP's released layout: a plain state dict with positional_embedding and positional_embedding_res
+    from _long_clip import long_clip_encode_text, register_tiny_long_clip, save_long_clip_checkpoint
+
+    base = register_tiny_long_clip(tmp_path / "configs", "vlr-test-longclip-eval")
+    state = save_long_clip_checkpoint(tmp_path / "longclip-tiny.pt")
+    text_model = load_text_model(f"open_clip:{base}-ctx248:{tmp_path / 'longclip-tiny.pt'}")
+    assert text_model.max_positions == 248 and text_model.tokenizer.context_length == 248
+    texts = [TEXTS[0], TEXTS[1] + " and about the weather of tomorrow morning",
+             " ".join(["a long caption of words"] * 20)]
+    tokens = open_clip.get_tokenizer(base, context_length=248)(texts)  # Long-CLIP's tokenizer: CLIP's BPE at 248
+    ends = tokens.argmax(dim=1).tolist()
+    assert ends[0] < 20 <= ends[1] < 77 < ends[2], "end tokens before row 20, after it, and past CLIP's 77"
+    expected = long_clip_encode_text(state, tokens, heads=2)
+    torch.testing.assert_close(text_model.encode_text(texts).double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_long_clip_checkpoint_under_a_short_name_is_one_error_naming_the_long_name(tmp_path):
+    from _long_clip import register_tiny_long_clip, save_long_clip_checkpoint
+
+    base = register_tiny_long_clip(tmp_path / "configs", "vlr-test-longclip-short")
+    save_long_clip_checkpoint(tmp_path / "longclip-tiny.pt")
+    with pytest.raises(ConfigError, match=rf"--model: {tmp_path}/longclip-tiny.pt is a Long-CLIP checkpoint "
+                                          rf"\(key 'positional_embedding_res'.*give open_clip:{base}-ctx248:"):
+        load_text_model(f"open_clip:{base}:{tmp_path / 'longclip-tiny.pt'}")

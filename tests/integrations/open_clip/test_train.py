@@ -166,6 +166,50 @@ def test_long_context_with_primary_component_matching(
     assert torch.equal(loaded.positional_embedding, pos)
 
 
+def test_a_long_clip_checkpoint_trains_on_from_its_two_tables(tiny_data, tmp_path, restore_logging):
+    from _long_clip import register_tiny_long_clip, save_long_clip_checkpoint
+
+    from vlr_plugins.integrations.open_clip import add_long_context_config
+
+    base = register_tiny_long_clip(tmp_path / "configs", "vlr-test-longclip-train")
+    name = add_long_context_config(base, 248, tmp_path / "configs")
+    state = save_long_clip_checkpoint(tmp_path / "longclip-tiny.pt")
+    code = main(
+        run_args(
+            tiny_data["jsonl"],
+            tmp_path / "logs",
+            "--model",
+            name,
+            "--pretrained",
+            str(tmp_path / "longclip-tiny.pt"),
+            "--vlr-text-views",
+            "[{field: paragraph, max_tokens: 248}]",
+        )
+    )
+    assert code == 0
+    saved = torch.load(checkpoint(tmp_path / "logs"), weights_only=True)["state_dict"]
+    pos = saved["positional_embedding"]
+    assert "positional_embedding_res" not in saved and pos.shape == (248, 32)
+    assert torch.equal(pos[:20], state["positional_embedding"][:20]), "Long-CLIP's frozen rows"
+    assert not torch.equal(pos[20:], state["positional_embedding_res"][20:]), "its trained rows"
+    loaded = open_clip.create_model(name, pretrained=checkpoint(tmp_path / "logs"))
+    assert torch.equal(loaded.positional_embedding, pos)
+
+
+def test_a_long_clip_checkpoint_under_a_short_name_is_refused_naming_the_long_one(tiny_data, tmp_path):
+    from _long_clip import register_tiny_long_clip, save_long_clip_checkpoint
+
+    from vlr_plugins.errors import ConfigError
+
+    base = register_tiny_long_clip(tmp_path / "configs", "vlr-test-longclip-train-short")
+    save_long_clip_checkpoint(tmp_path / "longclip-tiny.pt")
+    argv = run_args(tiny_data["jsonl"], tmp_path / "logs", "--model", base, "--pretrained",
+                    str(tmp_path / "longclip-tiny.pt"))
+    with pytest.raises(ConfigError, match=rf"--pretrained: .*longclip-tiny.pt is a Long-CLIP checkpoint "
+                                          rf"\(key 'positional_embedding_res'\).*--model {base}-ctx248"):
+        main(argv)
+
+
 def test_recipes_give_defaults_and_the_command_line_wins(tiny_data):
     options, rest = resolve_arguments(
         ["--vlr-recipe", "open_clip/c7", "--train-data", tiny_data["jsonl"], "--lr", "0.5"]

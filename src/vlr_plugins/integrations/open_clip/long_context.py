@@ -9,6 +9,10 @@ kept, the rest interpolated 4x), not by open_clip's own linear resize. Once fine
 a checkpoint loads back with plain open_clip::
 
     open_clip.create_model("ViT-B-16-quickgelu-ctx248", pretrained="epoch_1.pt")
+
+Long-CLIP's own released checkpoints (two positional tables, ``positional_embedding`` and
+``positional_embedding_res``) load here too, as one table equal to what Long-CLIP's
+``encode_text`` adds (:mod:`~vlr_plugins.integrations.open_clip.long_clip_checkpoint`).
 """
 
 from __future__ import annotations
@@ -94,10 +98,7 @@ def text_positional_embedding(model: nn.Module) -> nn.Parameter:
     )
 
 
-def _checkpoint_text_positions(path: str) -> int | None:
-    from open_clip.factory import load_state_dict
-
-    state = load_state_dict(path)
+def _text_positions(state: dict[str, Any]) -> int | None:
     for key in ("positional_embedding", "text.positional_embedding"):
         if key in state:
             return int(state[key].shape[0])
@@ -123,14 +124,27 @@ def create_long_context_model_and_transforms(
     kept; ``train_new_only`` keeps them fixed, weight decay included, with
     :func:`~vlr_plugins.text.positions.freeze_leading_rows`); one already at the target
     length (a checkpoint of a previous long fine-tune, a ``local-dir:`` export) is loaded
-    as is, its first ``keep`` rows frozen likewise. ``kwargs`` go to open_clip.
+    as is, its first ``keep`` rows frozen likewise. A checkpoint file of Long-CLIP's own
+    (``longclip-B.pt``: ``positional_embedding`` and ``positional_embedding_res``) needs a
+    248-position QuickGELU model (``ViT-B-16-quickgelu-ctx248``) and is loaded with its two
+    tables as one (rows 0..19 of the first, 20.. of the second; exactly what Long-CLIP's
+    ``encode_text`` adds, :mod:`~vlr_plugins.integrations.open_clip.long_clip_checkpoint`),
+    else one error naming the file and the key. ``kwargs`` go to open_clip.
 
     Returns ``(model, preprocess_train, preprocess_val)``; the tokenizer is
     ``open_clip.get_tokenizer(model_name)`` for a registered ``-ctx`` name, else
     ``open_clip.get_tokenizer(source, context_length=N)``.
     """
     import open_clip
+    from open_clip.factory import load_state_dict
 
+    from vlr_plugins.integrations.open_clip.long_clip_checkpoint import (
+        check_long_clip_context,
+        check_long_clip_model,
+        fold_long_clip_positions,
+        is_long_clip_state,
+        load_folded_state,
+    )
     from vlr_plugins.text.length import extend_text_context
     from vlr_plugins.text.positions import freeze_leading_rows
 
@@ -152,15 +166,23 @@ def create_long_context_model_and_transforms(
         )
     kwargs.pop("force_context_length", None)
 
-    if (
-        pretrained
-        and os.path.isfile(pretrained)
-        and _checkpoint_text_positions(pretrained) == target
-    ):
+    state = load_state_dict(pretrained) if pretrained and os.path.isfile(pretrained) else None
+    if state is not None and is_long_clip_state(state):
+        state = fold_long_clip_positions(state, pretrained)
+        check_long_clip_context(model_name, pretrained, target)
+        kwargs.pop("require_pretrained", None)  # loaded below
+        out = open_clip.create_model_and_transforms(
+            source, None, force_context_length=target, **kwargs
+        )
+        check_long_clip_model(out[0], model_name, pretrained)
+        load_folded_state(out[0], state)
+    elif state is not None and _text_positions(state) == target:
+        del state  # open_clip reads the file itself
         out = open_clip.create_model_and_transforms(
             source, pretrained, force_context_length=target, **kwargs
         )
     else:
+        del state
         out = open_clip.create_model_and_transforms(source, pretrained, **kwargs)
     model = out[0]
     have = model.context_length

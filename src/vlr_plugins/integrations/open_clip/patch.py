@@ -29,12 +29,14 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.sample import SAMPLE_SUFFIXES
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.open_clip.dataset import (
     SampleTokenizer,
     TextViewsImageDataset,
     make_train_loader,
     read_image_text_samples,
 )
+from vlr_plugins.integrations.open_clip.long_clip_checkpoint import RES_KEY, long_clip_model_name
 from vlr_plugins.integrations.open_clip.long_context import (
     create_long_context_model_and_transforms,
 )
@@ -99,9 +101,18 @@ class _Run:
                 **kwargs,
             )
         else:
-            model, *transforms = self.originals["create_model_and_transforms"](
-                model_name, pretrained, **kwargs
-            )
+            try:
+                model, *transforms = self.originals["create_model_and_transforms"](
+                    model_name, pretrained, **kwargs
+                )
+            except RuntimeError as e:
+                if RES_KEY not in str(e):
+                    raise
+                raise ConfigError(
+                    f"--pretrained: {pretrained} is a Long-CLIP checkpoint (key {RES_KEY!r}), "
+                    f"which needs 248 positions and QuickGELU: give --model "
+                    f"{long_clip_model_name(model_name)}"
+                ) from None
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("a TorchScript model cannot take a TextBatch: drop --torchscript")
         self.model = model

@@ -148,7 +148,10 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     ``<base>-ctx<N>`` (``ViT-L-14-ctx248``: a 77-token source is stretched the Long-CLIP way
     by :func:`~vlr_plugins.integrations.open_clip.create_long_context_model_and_transforms`,
     a 248-token Long-CLIP checkpoint loaded as is), ``hf-hub:org/name`` or
-    ``local-dir:/folder`` (these two carry their weights; nothing follows them).
+    ``local-dir:/folder`` (these two carry their weights; nothing follows them). Long-CLIP's
+    own ``longclip-B.pt`` / ``-L.pt`` (two positional tables) load as
+    ``ViT-B-16-quickgelu-ctx248`` / ``ViT-L-14-quickgelu-ctx248``, their texts embedded as
+    Long-CLIP's ``encode_text`` embeds them.
     ``CHECKPOINT_OR_TAG`` is a pretrained tag of the model (``openai``) or a checkpoint
     file, read with ``weights_only=True`` (or as safetensors).
 
@@ -159,6 +162,7 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     """
     import open_clip
 
+    from vlr_plugins.integrations.open_clip.long_clip_checkpoint import RES_KEY, long_clip_model_name
     from vlr_plugins.integrations.open_clip.long_context import (
         create_long_context_model_and_transforms,
     )
@@ -185,6 +189,10 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     except RuntimeError as e:
         if "Error(s) in loading state_dict" not in str(e):
             raise
+        if RES_KEY in str(e):  # open_clip's strict load of a plain name refused Long-CLIP's second table
+            raise ConfigError(f"{setting}: {pretrained} is a Long-CLIP checkpoint (key {RES_KEY!r}, its second "
+                              f"text positional table), which needs 248 positions and QuickGELU: give "
+                              f"open_clip:{long_clip_model_name(model_name)}:{pretrained}") from None
         gist = " ".join(str(e).split())[:300]
         raise ConfigError(f"{setting}: {pretrained} does not hold weights of open_clip model {model_name}: "
                           f"{gist}") from None
