@@ -196,7 +196,8 @@ def test_a_long_clip_checkpoint_trains_on_from_its_two_tables(tiny_data, tmp_pat
     assert torch.equal(loaded.positional_embedding, pos)
 
 
-def test_a_long_clip_checkpoint_under_a_short_name_is_refused_naming_the_long_one(tiny_data, tmp_path):
+def test_a_long_clip_checkpoint_under_a_short_name_is_refused_naming_the_long_one(tiny_data, tmp_path,
+                                                                                  restore_logging):
     from _long_clip import register_tiny_long_clip, save_long_clip_checkpoint
 
     from vlr_plugins.errors import ConfigError
