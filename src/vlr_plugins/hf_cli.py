@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from vlr_plugins.errors import UsageError
-from vlr_plugins.specs import load_checked_text_encoder, load_text_tokenizer, text_encoder_meta
+from vlr_plugins.specs import load_checked_text_encoder, load_text_tokenizer, parse_model_spec, text_encoder_meta
 
 __all__ = ["add_export_cli", "add_push_cli", "cmd_export", "cmd_push"]
 
@@ -25,6 +25,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from vlr_plugins.hf.card import card_files
     from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
 
+    spec = parse_model_spec(args.checkpoint, "text")
+    if spec.scheme == "open_clip":  # an open_clip / Long-CLIP checkpoint -> an open_clip Hub folder
+        return _export_open_clip(args, spec)
     if is_model_folder(args.checkpoint):  # an MLLM / LLM folder: the EOL-embedder family (CaRe, E5-V)
         return run_eol_export(args)
     for option in ("prompt", "config", "recipe"):
@@ -48,6 +51,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_open_clip(args: argparse.Namespace, spec: Any) -> int:
+    from vlr_plugins._io import check_output_dir
+    from vlr_plugins.integrations.open_clip.export import export_open_clip
+
+    for option in ("prompt", "config", "recipe", "eval", "name", "repo_id", "license", "tokenizer"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option.replace('_', '-')}", "is not for an open_clip checkpoint (its folder "
+                                                                "carries open_clip's own config and tokenizer)")
+    if args.no_remote_code:
+        raise UsageError("--no-remote-code", "is not for an open_clip checkpoint (plain open_clip loads it)")
+    check_output_dir(args.out, "OUT", replaced_whole=True)
+    out = export_open_clip(*spec.open_clip_parts, args.out, spec=spec.text, overwrite=args.overwrite)
+    print(f"exported to {out} (open_clip: create_model_from_pretrained('local-dir:{out}'); no model card written)")
+    return 0
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     from vlr_plugins.hf.push import cmd_push as push
 
@@ -58,8 +77,9 @@ def add_export_cli(sub: Any) -> None:
     """Add ``vlr export`` to the ``vlr`` command's subparsers."""
     s = sub.add_parser("export", help="a trained checkpoint -> a Hub-ready transformers folder with a model card")
     s.add_argument("checkpoint", metavar="CHECKPOINT",
-                   help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, or an MLLM / LLM transformers "
-                        "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md)")
+                   help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, an MLLM / LLM transformers "
+                        "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md), or "
+                        "open_clip:MODEL:CHECKPOINT (`vlr openclip-train`: exported as an open_clip Hub folder)")
     s.add_argument("out", metavar="OUT",
                    help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
     s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")

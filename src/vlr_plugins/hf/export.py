@@ -97,7 +97,8 @@ def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,
                         flag: str = "overwrite=True") -> None:
     """Raise :class:`~vlr_plugins.errors.OutputExistsError` unless an export may be
     written at ``out_dir``: nothing is there, or (with ``overwrite``) an empty folder or an
-    earlier export (a ``config.json`` beside ``*.safetensors``). A file, or a folder that
+    earlier export (a ``config.json`` or open_clip's ``open_clip_config.json`` beside
+    ``*.safetensors``). A file, or a folder that
     holds anything else, is never replaced: replacing means deleting it.
 
     ``flag`` is how the message tells the caller to overwrite (``vlr export`` says
@@ -113,7 +114,7 @@ def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,
     names = {p.name for p in out_dir.iterdir()}
     # an MLLM adapter export keeps its weights in adapter/ (vlr_plugins.hf.export_eol)
     weights = any(n.endswith(".safetensors") for n in names) or (out_dir / "adapter" / "adapter_model.safetensors").is_file()
-    if names and not ("config.json" in names and weights):
+    if names and not (names & {"config.json", "open_clip_config.json"} and weights):
         raise OutputExistsError(
             f"cannot export to {out_dir}: it is a folder that holds files of something other than an "
             f"export (no config.json beside *.safetensors); refusing to replace it even with {flag}")

@@ -1,7 +1,7 @@
 """Push an exported folder to the Hugging Face Hub: ``vlr push FOLDER REPO_ID``.
 
 The folder is what the exporter wrote (``config.json`` + ``*.safetensors``, tokenizer files, model
-card). :func:`push_folder` checks that it looks like one and holds no pickle-based weights, creates
+card; or an open_clip folder, ``open_clip_config.json`` + ``open_clip_model.safetensors``). :func:`push_folder` checks that it looks like one and holds no pickle-based weights, creates
 the repository (private unless asked otherwise; an existing repository keeps its visibility), and
 uploads the folder in one commit whose message names the recipe.
 
@@ -30,6 +30,8 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # upload_folder never sends these (huggingface_hub's DEFAULT_IGNORE_PATTERNS), so they are not checked
 _SKIPPED_DIRS = (".git", ".cache")
 _SERVER_DETAIL_CHARS = 300
+# an open_clip Hub folder (`vlr export open_clip:MODEL:CHECKPOINT`, open_clip's push_to_hf_hub)
+_OPEN_CLIP_CONFIG, _OPEN_CLIP_WEIGHTS = "open_clip_config.json", "open_clip_model.safetensors"
 
 
 class PushError(UserError, RuntimeError):
@@ -51,7 +53,13 @@ def _check_exported(folder: Path) -> dict[str, Any]:
         raise PushError(f"{folder} holds pickle-based weights ({', '.join(pickled)}); only safetensors are "
                         "pushed: re-export the model, or remove those files")
     config_path = folder / "config.json"
-    if not config_path.is_file():
+    open_clip_config = folder / _OPEN_CLIP_CONFIG
+    if not config_path.is_file() and open_clip_config.is_file():  # an open_clip Hub folder
+        config_path = open_clip_config
+        if not (folder / _OPEN_CLIP_WEIGHTS).is_file():
+            raise PushError(f"{folder} has {_OPEN_CLIP_CONFIG} but no {_OPEN_CLIP_WEIGHTS}; expected an open_clip "
+                            "folder written by `vlr export open_clip:MODEL:CHECKPOINT`")
+    elif not config_path.is_file():
         raise PushError(f"{folder} has no config.json; expected a folder written by the exporter")
     if not any(p.suffix == ".safetensors" for p in files):
         raise PushError(f"{folder} has no *.safetensors weights; expected a folder written by the exporter")
@@ -61,6 +69,8 @@ def _check_exported(folder: Path) -> dict[str, Any]:
         raise PushError(f"{config_path}: not readable JSON ({e})") from None
     if not isinstance(config, dict):
         raise PushError(f"{config_path}: expected a JSON object, found {type(config).__name__}")
+    if config_path.name == _OPEN_CLIP_CONFIG and not isinstance(config.get("model_cfg"), dict):
+        raise PushError(f"{config_path}: no 'model_cfg' object, which open_clip builds the model from")
     return config
 
 
@@ -77,7 +87,8 @@ def _default_message(config: dict[str, Any]) -> str:
     from vlr_plugins import __version__
 
     recipe = _recipe_name(config)
-    kind = "MLLM embedder" if isinstance(config.get("vlr_eol"), dict) else "text encoder"
+    kind = ("MLLM embedder" if isinstance(config.get("vlr_eol"), dict)
+            else "open_clip model" if isinstance(config.get("model_cfg"), dict) else "text encoder")
     what = f"{recipe} {kind}" if recipe else kind
     return f"Upload {what} (vlr-plugins {__version__})"
 
@@ -143,7 +154,8 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, token
     """Upload an exported folder to the model repository ``repo_id``; return the commit (or PR) URL.
 
     Args:
-        folder: a folder written by the exporter: ``config.json`` and ``*.safetensors`` (no
+        folder: a folder written by the exporter: ``config.json`` (or open_clip's
+            ``open_clip_config.json`` with ``open_clip_model.safetensors``) and ``*.safetensors`` (no
             ``*.bin`` / ``*.pt`` / ``*.pkl`` / other pickle files).
         repo_id: ``namespace/name``; created when missing, private unless ``private=False``.
             An existing repository keeps its visibility.
