@@ -315,3 +315,44 @@ def test_an_mllm_embedder_export_arrives_byte_identical(hub, tmp_path):
     repo = hub.repos["me/care-tiny"]
     assert repo.branches["main"] == files and "modeling_vlr_eol.py" in files
     assert repo.commits[0]["summary"] == f"Upload care/stage2_paper MLLM embedder (vlr-plugins {__version__})"
+
+
+def test_an_open_clip_export_arrives_byte_identical(hub, tmp_path):
+    open_clip = pytest.importorskip("open_clip")
+    import torch
+
+    from vlr_plugins.cli import main
+
+    config = {"embed_dim": 16,
+              "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
+              "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+    (tmp_path / "vlr-push-tiny.json").write_text(json.dumps(config))
+    open_clip.add_model_config(tmp_path / "vlr-push-tiny.json")
+    torch.save({"state_dict": open_clip.create_model("vlr-push-tiny").state_dict()}, tmp_path / "epoch_1.pt")
+    folder = tmp_path / "tiny-clip"
+    assert main(["export", f"open_clip:vlr-push-tiny-ctx248:{tmp_path / 'epoch_1.pt'}", str(folder)]) == 0
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert set(files) == {"open_clip_config.json", "open_clip_model.safetensors"}
+
+    push_folder(folder, "me/tiny-clip", token=TOKEN, endpoint=hub.endpoint)
+    repo = hub.repos["me/tiny-clip"]
+    assert repo.branches["main"] == files and repo.commits[0]["lfs"] == ["open_clip_model.safetensors"]
+    assert repo.commits[0]["summary"] == f"Upload open_clip model (vlr-plugins {__version__})"
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"open_clip_config.json": b'{"model_cfg": {}}', "model.safetensors": b"w"}, "no open_clip_model.safetensors"),
+    ({"open_clip_config.json": b'{"preprocess_cfg": {}}', "open_clip_model.safetensors": b"w"}, "no 'model_cfg'"),
+    ({"open_clip_config.json": b'{"model_cfg": {}}', "open_clip_model.safetensors": b"w",
+      "open_clip_pytorch_model.bin": b"\x80\x02"}, "pickle-based weights (open_clip_pytorch_model.bin)"),
+])
+def test_an_open_clip_folder_that_is_not_a_clean_export_is_refused_before_any_request(hub, tmp_path, files,
+                                                                                      expected):
+    folder = tmp_path / "tiny-clip"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    with pytest.raises(PushError) as info:
+        push_folder(folder, "me/x", token=TOKEN, endpoint=hub.endpoint)
+    assert expected in str(info.value) and str(folder) in str(info.value)
+    assert hub.requests == [] and hub.repos == {}
