@@ -48,6 +48,7 @@ __all__ = [
     "check_long_clip_model",
     "load_folded_state",
     "long_clip_model_name",
+    "refuse_under_short_name",
 ]
 
 LONG_CLIP_POSITIONS = 248  # the rows of both tables and of Long-CLIP's masks
@@ -60,6 +61,15 @@ log = logging.getLogger(__name__)
 def is_long_clip_state(state: dict[str, Any]) -> bool:
     """Whether a state dict is in Long-CLIP's two-table layout."""
     return RES_KEY in state
+
+
+def refuse_under_short_name(error: RuntimeError, pretrained: str, *, setting: str, give: str) -> None:
+    """Raise the one error for open_clip's strict load having refused ``pretrained``'s
+    ``positional_embedding_res`` (a Long-CLIP checkpoint under a 77-token name): ``give`` is
+    what to pass instead (built with :func:`long_clip_model_name`). Returns for any other error."""
+    if RES_KEY in str(error):
+        raise ConfigError(f"{setting}: {pretrained} is a Long-CLIP checkpoint (key {RES_KEY!r}), which needs 248 "
+                          f"positions and QuickGELU: give {give}") from None
 
 
 def long_clip_model_name(model_name: str) -> str:

@@ -29,14 +29,13 @@ from typing import Any
 import torch
 
 from vlr_plugins.data.sample import SAMPLE_SUFFIXES
-from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.open_clip.dataset import (
     SampleTokenizer,
     TextViewsImageDataset,
     make_train_loader,
     read_image_text_samples,
 )
-from vlr_plugins.integrations.open_clip.long_clip_checkpoint import RES_KEY, long_clip_model_name
+from vlr_plugins.integrations.open_clip.long_clip_checkpoint import long_clip_model_name, refuse_under_short_name
 from vlr_plugins.integrations.open_clip.long_context import (
     create_long_context_model_and_transforms,
 )
@@ -106,13 +105,9 @@ class _Run:
                     model_name, pretrained, **kwargs
                 )
             except RuntimeError as e:
-                if RES_KEY not in str(e):
-                    raise
-                raise ConfigError(
-                    f"--pretrained: {pretrained} is a Long-CLIP checkpoint (key {RES_KEY!r}), "
-                    f"which needs 248 positions and QuickGELU: give --model "
-                    f"{long_clip_model_name(model_name)}"
-                ) from None
+                refuse_under_short_name(e, pretrained, setting="--pretrained",
+                                        give=f"--model {long_clip_model_name(model_name)}")
+                raise
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("a TorchScript model cannot take a TextBatch: drop --torchscript")
         self.model = model

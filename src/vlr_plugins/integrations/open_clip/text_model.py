@@ -162,7 +162,7 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     """
     import open_clip
 
-    from vlr_plugins.integrations.open_clip.long_clip_checkpoint import RES_KEY, long_clip_model_name
+    from vlr_plugins.integrations.open_clip.long_clip_checkpoint import long_clip_model_name, refuse_under_short_name
     from vlr_plugins.integrations.open_clip.long_context import (
         create_long_context_model_and_transforms,
     )
@@ -189,10 +189,8 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     except RuntimeError as e:
         if "Error(s) in loading state_dict" not in str(e):
             raise
-        if RES_KEY in str(e):  # open_clip's strict load of a plain name refused Long-CLIP's second table
-            raise ConfigError(f"{setting}: {pretrained} is a Long-CLIP checkpoint (key {RES_KEY!r}, its second "
-                              f"text positional table), which needs 248 positions and QuickGELU: give "
-                              f"open_clip:{long_clip_model_name(model_name)}:{pretrained}") from None
+        refuse_under_short_name(e, pretrained, setting=setting,
+                                give=f"open_clip:{long_clip_model_name(model_name)}:{pretrained}")
         gist = " ".join(str(e).split())[:300]
         raise ConfigError(f"{setting}: {pretrained} does not hold weights of open_clip model {model_name}: "
                           f"{gist}") from None
