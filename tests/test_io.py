@@ -102,3 +102,22 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_be_moved(t
     monkeypatch.setattr(_io.os, "replace", real)
     replace_dir(new, out, aside=aside)
     assert (out / "version.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_staged_dir_replaces_the_folder_whole_or_leaves_it(tmp_path):
+    from vlr_plugins._io import staged_dir
+
+    out = tmp_path / "exports" / "model"
+    with staged_dir(out) as tmp:
+        assert tmp.is_dir() and tmp.parent == out.parent and not out.exists()
+        (tmp / "a.txt").write_text("first")
+    assert (out / "a.txt").read_text() == "first"
+    with pytest.raises(RuntimeError, match="half-built"):
+        with staged_dir(out) as tmp:
+            (tmp / "a.txt").write_text("second")
+            raise RuntimeError("half-built")
+    assert (out / "a.txt").read_text() == "first"  # the earlier folder, untouched
+    with staged_dir(out) as tmp:
+        (tmp / "b.txt").write_text("third")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]  # replaced whole, not merged
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model"]  # no staging folder left

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "fsync_dir", "replace_dir"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "fsync_dir", "replace_dir",
+           "staged_dir"]
 
 
 @contextlib.contextmanager
@@ -131,3 +132,21 @@ def replace_dir(tmp: str | os.PathLike, out_dir: str | os.PathLike, *,
         raise
     fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """A new hidden folder beside ``out_dir`` to build a whole folder in (an export): when the
+    block ends it replaces ``out_dir`` (:func:`replace_dir`); if the block raises, it is
+    removed and ``out_dir`` is left as it was."""
+    import shutil
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import shutil
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vlr_plugins._io import replace_dir
+from vlr_plugins._io import staged_dir
 from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import ConfigError, OutputExistsError, loading_pretrained
 from vlr_plugins.hf.family import FAMILY
@@ -208,9 +206,7 @@ def export_text_encoder(
         # so that truncation=True without max_length never exceeds the positions
         tok.model_max_length = positions
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
+    with staged_dir(out_dir) as tmp:
         with _registered_for_auto_class(model) if remote_code else contextlib.nullcontext():
             model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -219,9 +215,6 @@ def export_text_encoder(
                 raise ValueError(f"extra file names are plain names in the folder, found {name!r}")
             (tmp / name).write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
         _check_export(tmp, model, model_cls, verify)
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

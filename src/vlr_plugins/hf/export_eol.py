@@ -20,18 +20,16 @@ the base and lose the ``auto_map``, does not take over.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vlr_plugins._io import replace_dir
+from vlr_plugins._io import staged_dir
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.hf.export import check_export_target
 
@@ -181,10 +179,7 @@ def export_eol_embedder(
     settings = eol_settings(embedder, recipe=recipe, adapter=ADAPTER_FOLDER if adapter else None,
                             base_model=str(base_model) if adapter else None)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.mkdir()
+    with staged_dir(out_dir) as tmp:
         if adapter:
             from peft import get_peft_model_state_dict
 
@@ -216,8 +211,4 @@ def export_eol_embedder(
             raise RuntimeError(f"export wrote files that would need unpickling to load: {pickled}")
         if verify:
             _verify(verify_folder, expected, what)
-        replace_dir(tmp, out_dir)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
     return out_dir

@@ -21,8 +21,6 @@ so ``OUT`` is either a folder that reproduces the checkpoint or absent.
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +99,7 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
     from open_clip.push_to_hf_hub import save_config_for_hf
     from safetensors.torch import save_file
 
-    from vlr_plugins._io import replace_dir
+    from vlr_plugins._io import staged_dir
     from vlr_plugins.hf.export import check_export_target
     from vlr_plugins.integrations.open_clip.text_model import load_open_clip_text_model
 
@@ -114,16 +112,11 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
     model, tokenizer = text.model.float().eval(), text.tokenizer
     cfg = open_clip_model_config(model_name, int(model.context_length))
 
-    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.mkdir(parents=True)
+    with staged_dir(out_dir) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, tmp / HF_SAFE_WEIGHTS_NAME, metadata={"format": "pt"})
         if hasattr(tokenizer, "save_pretrained"):  # an HFTokenizer: open_clip reads it from the folder
             tokenizer.save_pretrained(tmp)
         save_config_for_hf(model, tmp / HF_CONFIG_NAME, model_config=cfg)
         _check_folder(tmp, model, tokenizer)
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
