@@ -19,7 +19,7 @@ main_env() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -c constraints.txt -r <(grep -E '^(torch|torchvision)==' constraints.txt)
-    "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test,ray]"
+    "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test,ray,mteb]"
     echo "$want" > "$stamp"
   fi
 }
