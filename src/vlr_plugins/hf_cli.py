@@ -26,6 +26,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
 
     spec = parse_model_spec(args.checkpoint, "text")
+    if spec.scheme == "open_clip" or is_model_folder(args.checkpoint):
+        for option in ("image_encoder", "text_only"):
+            if getattr(args, option):
+                raise UsageError(f"--{option.replace('_', '-')}", "is for a `vlr train` checkpoint of a BLIP text "
+                                                                  "encoder; this export carries its own image side")
     if spec.scheme == "open_clip":  # an open_clip / Long-CLIP checkpoint -> an open_clip Hub folder
         return _export_open_clip(args, spec)
     if is_model_folder(args.checkpoint):  # an MLLM / LLM folder: the EOL-embedder family (CaRe, E5-V)
@@ -33,6 +38,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     for option in ("prompt", "config", "recipe"):
         if getattr(args, option) is not None:
             raise UsageError(f"--{option}", "is for an MLLM folder (CaRe, E5-V); CHECKPOINT is a `vlr train` .pth")
+    if args.image_encoder is not None and args.text_only:
+        raise UsageError("--image-encoder", "and --text-only exclude each other")
 
     # the output, the checkpoint and the --eval files are checked before the model is loaded
     check_output_dir(args.out, "OUT", replaced_whole=True)
@@ -43,12 +50,35 @@ def cmd_export(args: argparse.Namespace) -> int:
                        license=args.license)
     encoder = load_checked_text_encoder(args.checkpoint, "CHECKPOINT")
     tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.checkpoint)
+    towers = _image_side(args, meta, encoder)
+    if "image_embedding_space" in towers:
+        extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval, license=args.license,
+                           image_side=towers["image_embedding_space"])
     if "README.md" not in extra:
         print("no recipe recorded with this model: no model card written", file=sys.stderr)
     out = export_text_encoder(encoder, args.out, tokenizer=tokenizer, recipe=meta.get("vlr_recipe"),
-                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra)
+                              remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra,
+                              **towers)
     print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
     return 0
+
+
+def _image_side(args: argparse.Namespace, meta: dict[str, Any], encoder: Any) -> dict[str, Any]:
+    """``export_text_encoder``'s image-side arguments for a BLIP text encoder (the frozen side
+    it was aligned to, :mod:`vlr_plugins.hf.image_side`); none for the other encoders."""
+    from vlr_plugins.hf.image_side import find_image_side, load_image_side
+
+    if type(encoder).__name__ != "BlipTextEncoder":
+        if args.image_encoder is not None:
+            raise UsageError("--image-encoder", f"is for a BLIP text encoder; {args.checkpoint} holds a "
+                                                f"{type(encoder).__name__}")
+        return {}
+    side = find_image_side(meta, encoder, image_encoder=args.image_encoder, text_only=args.text_only)
+    print(side.source, file=sys.stderr)
+    if side.model is None:
+        return {"image_embedding_space": side.space}
+    image_side, processor = load_image_side(side, encoder.embed_dim)
+    return {"image_side": image_side, "image_processor": processor, "image_embedding_space": side.space}
 
 
 def _export_open_clip(args: argparse.Namespace, spec: Any) -> int:
@@ -87,6 +117,11 @@ def add_export_cli(sub: Any) -> None:
     s.add_argument("--repo-id", help="Hub id used in the card's usage example")
     s.add_argument("--license", help="license id for the card metadata")
     s.add_argument("--tokenizer", help="default: the encoder's")
+    s.add_argument("--image-encoder", metavar="blip:NAME",
+                   help="BLIP checkpoint: the frozen image side to bundle (default: the encoder of the store the "
+                        "recipe trained against, else the BLIP model the text encoder started from)")
+    s.add_argument("--text-only", action="store_true",
+                   help="BLIP checkpoint: export the text side alone (no image tower)")
     s.add_argument("--no-remote-code", action="store_true",
                    help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")

@@ -409,7 +409,9 @@ def test_export_refuses(files, argv, where, tmp_path, world, monkeypatch):
 
 # --------------------------------------------------------------------------- push
 
-EXPORTED = {"export/config.json": '{"model_type": "vlr_blip_text_encoder"}', "export/model.safetensors": b"weights"}
+EXPORTED = {"export/config.json": '{"model_type": "vlr_blip_text_encoder"}', "export/model.safetensors": b"weights",
+            "export/tokenizer_config.json": "{}"}
+HALF = '{"model_type": "vlr_blip_text_encoder", "vision_config": {"hidden_size": 32}}'
 
 PUSH = [
     ("folder: not there", {}, ["push", "{tmp}/export", "me/blip-c5"], ["{tmp}/export", "not a folder"]),
@@ -422,6 +424,19 @@ PUSH = [
      ["{tmp}/export", "safetensors"]),
     ("folder: config.json that is not JSON", {"export/config.json": "{", "export/model.safetensors": b"w"},
      ["push", "{tmp}/export", "me/blip-c5"], ["{tmp}/export/config.json"]),
+    ("folder: half an export, an image side without its processor",
+     {**EXPORTED, "export/config.json": HALF}, ["push", "{tmp}/export", "me/blip-c5"],
+     ["{tmp}/export", "half an export", "preprocessor_config.json"]),
+    ("folder: half an export, auto_map code missing",
+     {**EXPORTED, "export/config.json": '{"model_type": "vlr_blip_text_encoder", "auto_map": '
+                                        '{"AutoModel": "modeling_vlr.VlrTextEncoderModel"}}'},
+     ["push", "{tmp}/export", "me/blip-c5"], ["{tmp}/export", "half an export", "modeling_vlr.py"]),
+    ("folder: half an export, no tokenizer", {"export/config.json": '{"model_type": "vlr_blip_text_encoder"}',
+                                              "export/model.safetensors": b"w"},
+     ["push", "{tmp}/export", "me/blip-c5"], ["{tmp}/export", "half an export", "tokenizer_config.json"]),
+    ("folder: half an export, modules.json without its module config", {**EXPORTED, "export/modules.json":
+        '[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"}]'},
+     ["push", "{tmp}/export", "me/blip-c5"], ["{tmp}/export", "half an export", "sentence_bert_config.json"]),
     ("repo id: spaces and '!'", EXPORTED, ["push", "{tmp}/export", "my model!"], ["'my model!'", "namespace/name"]),
     ("repo id: no namespace", EXPORTED, ["push", "{tmp}/export", "blip-c5"], ["'blip-c5'", "namespace/name"]),
     ("repo id: two slashes", EXPORTED, ["push", "{tmp}/export", "me/models/blip-c5"],

@@ -83,6 +83,8 @@ def build_model_card(
     embed_dim: int | None = None,
     license: str | None = None,
     template: str = "text_encoder.md",
+    image_tower: bool = False,
+    image_encoder: str | None = None,
 ):
     """A ``huggingface_hub.ModelCard`` for a model trained with ``recipe`` (``Recipe.to_dict()``).
 
@@ -92,6 +94,8 @@ def build_model_card(
     are missing from it.
     ``eval_results``: the JSON `vlr eval` writes (``{"recall": {bench: metrics}, "budgets": ...}``);
     each recall becomes an ``EvalResult`` in the card's ``model-index``.
+    ``image_tower``: the export bundles its frozen image side (the "Use" section retrieves with
+    both towers); else ``image_encoder`` names the encoder that made its image embeddings.
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -129,6 +133,8 @@ def build_model_card(
         architecture=architecture,
         image_space=image_space,
         video=video,
+        image_tower=image_tower,
+        image_encoder=image_encoder,
         embed_dim=embed_dim if embed_dim is not None else "D",
         default_max_tokens=max(budgets.values()),
         budgets_line=", ".join(f"{k} {v}" for k, v in budgets.items()),
@@ -175,6 +181,14 @@ def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, A
     return merged
 
 
+def _space_line(space: Mapping[str, Any] | None) -> str | None:
+    """How the card names the image-embedding space: BLIP's model and projection, or the encoder."""
+    space = space or {}
+    if space.get("model"):
+        return f"`{space['model']}`, `{space.get('projection', 'vision_proj')}` of its ViT's [CLS] state, unit norm"
+    return f"made by `{space['encoder']}`" if space.get("encoder") else None
+
+
 def card_files(
     meta: Mapping[str, Any],
     *,
@@ -182,6 +196,7 @@ def card_files(
     repo_id: str | None = None,
     eval_paths: Sequence[str | os.PathLike] | None = None,
     license: str | None = None,
+    image_side: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """The files ``vlr export`` adds to an export folder, from a checkpoint's ``meta``
     (:func:`vlr_plugins.checkpoint_meta.read_checkpoint_meta`) and `vlr eval` results files.
@@ -190,6 +205,8 @@ def card_files(
     (``meta['vlr_recipe']``; the loss line from ``meta['vlr_loss']`` when recorded);
     ``eval_results.json``: the merged results (:func:`merge_eval_results`), when
     ``eval_paths`` names any. Pass the result as ``export_text_encoder(extra_files=...)``.
+    ``image_side``: the ``image_embedding_space`` the export records; its ``model`` set when
+    the image side is bundled (:mod:`vlr_plugins.hf.image_side`).
     """
     evals = merge_eval_results(eval_paths)
     files = {"eval_results.json": json.dumps(evals, indent=2) + "\n"} if eval_paths else {}
@@ -198,6 +215,9 @@ def card_files(
         encoder = meta.get("vlr_text_encoder") or {}
         card = build_model_card(recipe, model_name=model_name, loss=meta.get("vlr_loss"), repo_id=repo_id,
                                 eval_results=evals, embed_dim=encoder.get("embed_dim"), license=license,
-                                architecture=_architecture(encoder))
+                                architecture=_architecture(encoder),
+                                image_space=_space_line(image_side),
+                                image_tower=bool((image_side or {}).get("model")),
+                                image_encoder=(image_side or {}).get("encoder"))
         files["README.md"] = str(card)
     return files

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformers import BlipTextConfig, PretrainedConfig
+from transformers import BlipTextConfig, BlipVisionConfig, PretrainedConfig
 
 __all__ = ["VlrRetrievalConfig", "VlrTextEncoderConfig"]
 
@@ -102,12 +102,28 @@ class VlrRetrievalConfig(PretrainedConfig):
             raise ValueError(f"token budgets {over} exceed the text encoder's {positions} positions")
 
 
+def _sub_config(name: str, value: Any, cls: type) -> Any:
+    if isinstance(value, dict):
+        return cls(**{k: v for k, v in value.items() if k not in ("model_type", "transformers_version")})
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be a {cls.__name__} or a dict, found {type(value).__name__}")
+    return value
+
+
+def _whole(config: PretrainedConfig) -> dict[str, Any]:
+    return {k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "_name_or_path")}
+
+
 class VlrTextEncoderConfig(VlrRetrievalConfig):
-    """BLIP's text encoder + ``text_proj``: the retrieval text side the paragraph recipes train.
+    """BLIP's text encoder + ``text_proj``, and the frozen image side its texts were aligned to.
 
     Args:
         text_config: a ``BlipTextConfig`` (or its dict) for the text encoder, kept whole,
             cross-attention included, so trained BLIP state dicts load 1:1.
+        vision_config: a ``BlipVisionConfig`` (or its dict) of BLIP's ViT, whose ``[CLS]``
+            state through ``vision_proj`` (``hidden_size`` -> ``embed_dim``) is the image
+            embedding; ``None`` for a text-only model (its images were embedded by something
+            the export could not bundle, see ``image_embedding_space``).
         **kwargs: the shared fields of :class:`VlrRetrievalConfig`.
 
     ``default_max_tokens`` falls back to the encoder's positions when no budget is given.
@@ -115,17 +131,14 @@ class VlrTextEncoderConfig(VlrRetrievalConfig):
 
     model_type = "vlr_blip_text_encoder"
     # transformers 4.x reads ``sub_configs``; 5.x derives it from ``sub_configs_defaults``
-    sub_configs = {"text_config": BlipTextConfig}
+    sub_configs = {"text_config": BlipTextConfig, "vision_config": BlipVisionConfig}
 
-    def __init__(self, text_config: dict[str, Any] | BlipTextConfig | None = None, **kwargs: Any) -> None:
-        if text_config is None:
-            text_config = BlipTextConfig()
-        elif isinstance(text_config, dict):
-            fields = {k: v for k, v in text_config.items() if k not in ("model_type", "transformers_version")}
-            text_config = BlipTextConfig(**fields)
-        elif not isinstance(text_config, BlipTextConfig):
-            raise TypeError(f"text_config must be a BlipTextConfig or a dict, found {type(text_config).__name__}")
-        self.text_config = text_config
+    def __init__(self, text_config: dict[str, Any] | BlipTextConfig | None = None,
+                 vision_config: dict[str, Any] | BlipVisionConfig | None = None, **kwargs: Any) -> None:
+        self.text_config = BlipTextConfig() if text_config is None else _sub_config(
+            "text_config", text_config, BlipTextConfig)
+        self.vision_config = None if vision_config is None else _sub_config(
+            "vision_config", vision_config, BlipVisionConfig)
         super().__init__(**kwargs)
         self._check_budgets_fit(self.max_positions)
 
@@ -133,10 +146,18 @@ class VlrTextEncoderConfig(VlrRetrievalConfig):
     def max_positions(self) -> int:
         return self.text_config.max_position_embeddings
 
+    @property
+    def has_image_tower(self) -> bool:
+        """Whether the model embeds images itself (``get_image_features``)."""
+        return self.vision_config is not None
+
     def to_diff_dict(self) -> dict[str, Any]:
-        # the whole text config is written, not its difference from BlipTextConfig's defaults,
-        # so the saved architecture does not change when a transformers release changes them
+        # the whole sub-configs are written, not their difference from BLIP's defaults, so the
+        # saved architecture does not change when a transformers release changes them
         out = super().to_diff_dict()
-        out["text_config"] = {k: v for k, v in self.text_config.to_dict().items()
-                              if k not in ("transformers_version", "_name_or_path")}
+        out["text_config"] = _whole(self.text_config)
+        if self.vision_config is not None:
+            out["vision_config"] = _whole(self.vision_config)
+        else:
+            out.pop("vision_config", None)
         return out

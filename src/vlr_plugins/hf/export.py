@@ -130,6 +130,9 @@ def export_text_encoder(
     overwrite: bool = False,
     verify: bool = True,
     extra_files: Mapping[str, str | bytes] | None = None,
+    image_side: Any = None,
+    image_processor: Any = None,
+    sentence_transformers: bool = True,
 ) -> Path:
     """Write ``out_dir``: a folder ``AutoModel.from_pretrained`` loads, with or without vlr-plugins.
 
@@ -159,6 +162,16 @@ def export_text_encoder(
     ``extra_files`` (name -> text or bytes; e.g. ``README.md``, eval results) are written
     into the folder before it is renamed into place.
 
+    ``image_side`` (BLIP text encoders): the frozen image side the texts were aligned to,
+    anything with BLIP's ``vision_model`` and ``vision_proj`` (a ``BlipImageEncoder``, a
+    ``BlipForImageTextRetrieval``), bundled so the model's ``get_image_features`` equals the
+    store rows ``vlr precompute`` wrote; ``image_processor`` (its ``BlipImageProcessor``,
+    default ``image_side.processor``) is saved beside it, with a ``BlipProcessor`` so
+    ``AutoProcessor`` gives both sides' inputs (:mod:`vlr_plugins.hf.image_side` finds the
+    side a checkpoint was trained against). ``sentence_transformers`` also writes the files
+    that make the folder a sentence-transformers model
+    (:mod:`vlr_plugins.hf.sentence_transformers_towers`).
+
     Example::
 
         >>> recipe = load_recipe("paragraph/c5")  # doctest: +SKIP
@@ -166,6 +179,7 @@ def export_text_encoder(
         >>> AutoModel.from_pretrained("blip-c5", trust_remote_code=True)  # doctest: +SKIP
     """
     import vlr_plugins
+    from vlr_plugins.hf.sentence_transformers_towers import sentence_transformers_files
     from vlr_plugins.specs import load_text_encoder, parse_model_spec, text_encoder_meta
 
     out_dir = Path(out_dir)
@@ -194,8 +208,16 @@ def export_text_encoder(
                   if model_cls.vlr_image_space_from_pretrained else None)
     space = (dict(image_embedding_space) if image_embedding_space is not None
              else _image_space(pretrained, embed_dim))
+    towers = {}
+    if image_side is not None:
+        if not model_cls.vlr_image_space_from_pretrained:
+            raise TypeError(f"a {type(encoder).__name__} export bundles no image side")
+        towers["image_side"] = image_side
+        image_processor = image_processor if image_processor is not None else getattr(image_side, "processor", None)
+        if image_processor is None or not hasattr(image_processor, "save_pretrained"):
+            raise TypeError("an image side needs its image processor (image_processor=, e.g. a BlipImageProcessor)")
     model = model_cls.from_vlr_encoder(encoder, token_budgets=budgets, image_embedding_space=space,
-                                       recipe=recipe_name, vlr_plugins_version=vlr_plugins.__version__)
+                                       recipe=recipe_name, vlr_plugins_version=vlr_plugins.__version__, **towers)
 
     tok = copy.deepcopy(_load_tokenizer(tokenizer, encoder))
     vocab = model.get_input_embeddings().num_embeddings
@@ -210,8 +232,19 @@ def export_text_encoder(
         with _registered_for_auto_class(model) if remote_code else contextlib.nullcontext():
             model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        for name, content in (extra_files or {}).items():
-            if os.path.basename(name) != name:
+        if image_side is not None:
+            from transformers import BlipProcessor
+
+            # preprocessor_config.json for AutoImageProcessor (transformers 4 reads only it),
+            # processor_config.json for AutoProcessor: both sides' inputs
+            image_processor.save_pretrained(tmp)
+            BlipProcessor(image_processor=image_processor, tokenizer=tok).save_pretrained(tmp)
+        files = dict(sentence_transformers_files(model.config)) if sentence_transformers else {}
+        files.update(extra_files or {})
+        for name, content in files.items():
+            if name not in (extra_files or {}) and "/" in name:
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            elif os.path.basename(name) != name:
                 raise ValueError(f"extra file names are plain names in the folder, found {name!r}")
             (tmp / name).write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
         _check_export(tmp, model, model_cls, verify)

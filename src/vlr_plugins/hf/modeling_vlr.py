@@ -4,7 +4,8 @@ Every member computes ``normalize(project(pool(encode(input_ids))))``;
 :class:`VlrRetrievalPreTrainedModel` owns that pipeline and the public methods
 (``forward``, ``encode_text``, ``get_text_features``), and a member supplies the three
 steps for its backbone. :class:`VlrTextEncoderModel` is BLIP's text encoder + ``text_proj``
-(pool = the ``[CLS]`` state), the text side the paragraph recipes train.
+(pool = the ``[CLS]`` state), the text side the paragraph recipes train, with the frozen
+image side (BLIP's ViT + ``vision_proj``) its texts were aligned to: ``get_image_features``.
 
 This file is copied beside exported weights (``register_for_auto_class``) and imported
 where vlr-plugins is not installed: it imports only ``torch``, ``transformers`` and
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BlipTextModel, PreTrainedModel
+from transformers import BlipTextModel, BlipVisionModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_vlr import VlrRetrievalConfig, VlrTextEncoderConfig
@@ -109,11 +110,14 @@ class VlrRetrievalPreTrainedModel(PreTrainedModel):
 
 
 class VlrTextEncoderModel(VlrRetrievalPreTrainedModel):
-    """BLIP text encoder + ``text_proj``: texts -> normalize(text_proj(hidden[:, 0])).
+    """BLIP text encoder + ``text_proj``: texts -> normalize(text_proj(hidden[:, 0])); and, when
+    ``config.vision_config`` is set, BLIP's ViT + ``vision_proj``: images ->
+    normalize(vision_proj(ViT(pixel_values)[:, 0])).
 
-    Exactly the text side of ``BlipForImageTextRetrieval(use_itm_head=False)`` and of
-    vlr-plugins' ``BlipTextEncoder``; the text encoder keeps BLIP's cross-attention
-    weights (unused here, frozen) so trained state dicts map 1:1.
+    Exactly ``BlipForImageTextRetrieval(use_itm_head=False)``'s two sides and vlr-plugins'
+    ``BlipTextEncoder`` / ``BlipImageEncoder`` (the image embeddings ``vlr precompute``
+    stores); the text encoder keeps BLIP's cross-attention weights (unused here, frozen)
+    so trained state dicts map 1:1.
 
     Example::
 
@@ -122,19 +126,42 @@ class VlrTextEncoderModel(VlrRetrievalPreTrainedModel):
         >>> batch = tok(texts, truncation=True, max_length=model.config.max_tokens_for("paragraph"),
         ...             padding=True, return_tensors="pt")  # doctest: +SKIP
         >>> emb = model.encode_text(**batch)  # (N, embed_dim), unit norm  # doctest: +SKIP
+        >>> pixels = AutoImageProcessor.from_pretrained(folder)(images, return_tensors="pt")  # doctest: +SKIP
+        >>> image_emb = model.get_image_features(**pixels)  # (M, embed_dim), unit norm  # doctest: +SKIP
     """
 
     config_class = VlrTextEncoderConfig
     vlr_encoder_type = "BlipTextEncoder"
     vlr_image_space_from_pretrained = True
-    _no_split_modules = ["BlipTextLayer"]
+    _no_split_modules = ["BlipTextLayer", "BlipEncoderLayer"]
 
     def __init__(self, config: VlrTextEncoderConfig) -> None:
         super().__init__(config)
         self.text_encoder = BlipTextModel(config.text_config, add_pooling_layer=False)
         self.text_proj = nn.Linear(config.text_config.hidden_size, config.embed_dim)
+        if config.vision_config is not None:
+            self.vision_model = BlipVisionModel(config.vision_config)
+            self.vision_proj = nn.Linear(config.vision_config.hidden_size, config.embed_dim)
         self._freeze_cross_attention()
         self.post_init()
+
+    def get_image_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """pixel_values: (N, 3, H, W), as the folder's image processor makes them -> (N, embed_dim),
+        unit norm: BLIP's image embedding, equal to the rows ``vlr precompute`` wrote for the
+        training store.
+
+        Raises ``ValueError`` for a text-only model (``config.vision_config`` is ``None``).
+        """
+        if kwargs:
+            raise TypeError(f"get_image_features got unexpected arguments: {', '.join(sorted(kwargs))}")
+        if self.config.vision_config is None:
+            space = self.config.image_embedding_space
+            raise ValueError("this model is its text side only: the image embeddings it was trained against "
+                             f"came from {space.get('encoder') or space.get('model') or 'an encoder not recorded'}, "
+                             "which the export could not bundle; embed images with that encoder")
+        pixel_values = pixel_values.to(dtype=self.vision_proj.weight.dtype)
+        hidden = self.vision_model(pixel_values=pixel_values, return_dict=True).last_hidden_state
+        return F.normalize(self.vision_proj(hidden[:, 0, :]), dim=-1)
 
     def _freeze_cross_attention(self) -> None:
         # as in BlipTextEncoder: contrastive training never reaches the cross-attention,
@@ -167,15 +194,19 @@ class VlrTextEncoderModel(VlrRetrievalPreTrainedModel):
         return self.text_proj(pooled)
 
     @classmethod
-    def from_vlr_encoder(cls, encoder: nn.Module, **config_fields: Any) -> VlrTextEncoderModel:
+    def from_vlr_encoder(cls, encoder: nn.Module, *, image_side: nn.Module | None = None,
+                         **config_fields: Any) -> VlrTextEncoderModel:
         """This model with the weights of vlr-plugins' ``BlipTextEncoder`` ``encoder``, copied exactly.
 
         ``encoder`` needs ``text_encoder`` (a ``BlipTextModel`` without pooler) and
-        ``text_proj`` (``nn.Linear``); ``config_fields`` are the shared fields of
-        :class:`VlrRetrievalConfig` (``token_budgets``, ``image_embedding_space``, ...).
-        The result is in eval mode, in the encoder's dtype.
+        ``text_proj`` (``nn.Linear``); ``image_side``, when given, needs ``vision_model`` (a
+        ``BlipVisionModel``) and ``vision_proj`` (``nn.Linear`` into the text side's space),
+        as ``BlipForImageTextRetrieval`` and vlr-plugins' ``BlipImageEncoder`` have them;
+        ``config_fields`` are the shared fields of :class:`VlrRetrievalConfig`
+        (``token_budgets``, ``image_embedding_space``, ...). The result is in eval mode, in
+        the encoder's dtype.
         """
-        for taken in ("text_config", "embed_dim"):
+        for taken in ("text_config", "vision_config", "embed_dim"):
             if taken in config_fields:
                 raise TypeError(f"{taken} comes from the encoder; do not pass it to from_vlr_encoder")
         text_encoder, text_proj = getattr(encoder, "text_encoder", None), getattr(encoder, "text_proj", None)
@@ -185,10 +216,26 @@ class VlrTextEncoderModel(VlrRetrievalPreTrainedModel):
                             f"text_proj={type(text_proj).__name__}")
         text_config = {k: v for k, v in text_encoder.config.to_dict().items()
                        if k not in ("transformers_version", "_name_or_path", "architectures", "dtype")}
-        config = cls.config_class(text_config=text_config, embed_dim=text_proj.out_features, **config_fields)
+        vision_config, vision_state = None, {}
+        if image_side is not None:
+            vision_model, vision_proj = getattr(image_side, "vision_model", None), getattr(image_side, "vision_proj", None)
+            if not isinstance(vision_model, BlipVisionModel) or not isinstance(vision_proj, nn.Linear):
+                raise TypeError(f"expected BLIP's image side (vision_model: BlipVisionModel, vision_proj: nn.Linear), "
+                                f"found {type(image_side).__name__} with vision_model={type(vision_model).__name__}, "
+                                f"vision_proj={type(vision_proj).__name__}")
+            if vision_proj.out_features != text_proj.out_features:
+                raise ValueError(f"the image side embeds into {vision_proj.out_features} dimensions, the text side "
+                                 f"into {text_proj.out_features}: they are not one embedding space")
+            vision_config = {k: v for k, v in vision_model.config.to_dict().items()
+                             if k not in ("transformers_version", "_name_or_path", "architectures", "dtype")}
+            vision_state = {f"vision_model.{k}": v for k, v in vision_model.state_dict().items()}
+            vision_state.update({f"vision_proj.{k}": v for k, v in vision_proj.state_dict().items()})
+        config = cls.config_class(text_config=text_config, vision_config=vision_config,
+                                  embed_dim=text_proj.out_features, **config_fields)
         model = cls(config).to(dtype=text_proj.weight.dtype)
         state = {f"text_encoder.{k}": v for k, v in text_encoder.state_dict().items()}
         state.update({f"text_proj.{k}": v for k, v in text_proj.state_dict().items()})
+        state.update({k: v.to(text_proj.weight.dtype) for k, v in vision_state.items()})
         result = model.load_state_dict(state, strict=False)
         if result.missing_keys or result.unexpected_keys:
             raise ValueError(f"{type(encoder).__name__} does not match {cls.__name__}: missing "

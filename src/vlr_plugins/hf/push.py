@@ -71,7 +71,38 @@ def _check_exported(folder: Path) -> dict[str, Any]:
         raise PushError(f"{config_path}: expected a JSON object, found {type(config).__name__}")
     if config_path.name == _OPEN_CLIP_CONFIG and not isinstance(config.get("model_cfg"), dict):
         raise PushError(f"{config_path}: no 'model_cfg' object, which open_clip builds the model from")
+    missing = _declared_but_missing(folder, config)
+    if missing:
+        raise PushError(f"{folder} is half an export: {'; '.join(missing)}; re-export it (vlr export ... --overwrite)")
     return config
+
+
+def _declared_but_missing(folder: Path, config: dict[str, Any]) -> list[str]:
+    """What the folder's own files say it holds and it lacks: the code ``auto_map`` names, the
+    image processor of a bundled BLIP image side, the tokenizer of a vlr model, the root module's
+    config of a sentence-transformers ``modules.json``."""
+    missing = []
+    auto_map = config.get("auto_map") if isinstance(config.get("auto_map"), dict) else {}
+    for ref in auto_map.values():
+        for one in ref if isinstance(ref, list) else [ref]:
+            module = one.split("--")[-1].rsplit(".", 1)[0] if isinstance(one, str) else None
+            if module and not (folder / f"{module}.py").is_file():
+                missing.append(f"config.json's auto_map names {module}.py, which is not there")
+    if (config.get("model_type") == "vlr_blip_text_encoder" and config.get("vision_config")
+            and not (folder / "preprocessor_config.json").is_file()):
+        missing.append("config.json has an image side (vision_config) but no preprocessor_config.json")
+    if str(config.get("model_type", "")).startswith("vlr_") and not (folder / "tokenizer_config.json").is_file():
+        missing.append("no tokenizer_config.json (the tokenizer the model reads)")
+    modules_file = folder / "modules.json"
+    if modules_file.is_file():
+        try:
+            modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return [*missing, f"modules.json is not readable JSON ({e})"]
+        if not (folder / "sentence_bert_config.json").is_file() and any(
+                isinstance(m, dict) and m.get("path") == "" for m in modules if isinstance(modules, list)):
+            missing.append("modules.json names a module at the root but there is no sentence_bert_config.json")
+    return missing
 
 
 def _recipe_name(config: dict[str, Any]) -> str | None:

@@ -63,5 +63,8 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--cfg-path", required=True, help="the run config it was trained with (e.g. lavis/c5)")
     s.add_argument("--checkpoint", required=True, help="LAVIS checkpoint_*.pth (loaded over the base model)")
     s.add_argument("--out", required=True, help="output .pth; its tokenizer goes to <stem>-tokenizer/")
+    s.add_argument("--image-embeddings",
+                   help="the image-embedding store it trained against, recorded so that `vlr export` bundles the "
+                        "image side that store was made with (default: the run config's)")
     s.add_argument("--options", nargs="+", default=[], metavar="KEY=VALUE", help="LAVIS config overrides")
     s.set_defaults(fn=cmd_lavis_export)

@@ -205,7 +205,8 @@ def export(args: argparse.Namespace) -> int:
     if os.path.isdir(args.out):
         raise UsageError("--out", f"{args.out} is a folder; expected the .pth file to write")
     check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
-    cfg = prepare_config(args.cfg_path, args.options, checkpoint=args.checkpoint)
+    cfg = prepare_config(args.cfg_path, args.options, checkpoint=args.checkpoint,
+                         image_embeddings=getattr(args, "image_embeddings", None))
     from lavis.common.registry import registry
 
     model_cfg = cfg.model_cfg
@@ -220,6 +221,11 @@ def export(args: argparse.Namespace) -> int:
         if views is not None:
             overrides["text_views"] = OmegaConf.to_container(views, resolve=True)
         recipe = load_recipe(name, overrides).to_dict()
+        # the store it trained against: `vlr export` bundles the image side that store records
+        store = OmegaConf.select(cfg.config, "datasets.vlr_paragraph.build_info.image_embeddings.storage",
+                                 default=None)
+        if store:
+            recipe.setdefault("data", {})["image_embeddings"] = os.path.abspath(str(store))
     out = write_vlr_checkpoint(model, args.out, recipe)
     print(f"wrote {out} (+ {out.stem}-tokenizer/); publish it from the main environment with "
           f"`vlr export {out} EXPORT_DIR` then `vlr push EXPORT_DIR REPO_ID`")
