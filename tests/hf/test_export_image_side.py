@@ -142,9 +142,8 @@ def test_a_store_of_a_python_encoder_exports_the_text_side_and_says_why(world, t
     from vlr_plugins.data import EmbeddingStoreWriter
 
     store = tmp_path / "store"
-    writer = EmbeddingStoreWriter(store, dim=16, meta={"encoder": "my_encoders:clip_like"})
-    writer.add(IDS, torch.nn.functional.normalize(torch.randn(len(IDS), 16), dim=-1))
-    writer.close()
+    with EmbeddingStoreWriter(store, 16, meta={"encoder": "my_encoders:clip_like"}) as writer:
+        writer.add(IDS, torch.nn.functional.normalize(torch.randn(len(IDS), 16), dim=-1))
     ckpt = paragraph_checkpoint(tmp_path / "epoch_1.pth", world["encoder"], str(store))
     code, _, err = run_vlr(["export", ckpt, tmp_path / "out"])
     assert code == 0, err
@@ -196,3 +195,21 @@ def test_pretrained_blip_exports_both_of_its_sides(tiny_tokenizer, tmp_path):
         text = torch.nn.functional.normalize(ref.text_proj(text_hidden[:, 0]), dim=-1)
         assert torch.equal(model.get_image_features(pixels), image)
         assert torch.equal(model.get_text_features(**ids), text)
+
+
+def test_a_store_written_through_the_python_api_names_its_blip_by_folder(world, tmp_path):
+    """``precompute_image_embeddings(BlipImageEncoder(folder))`` records the bare folder; a name of an
+    encoder's own (not a BLIP folder, not a Hub id) is not taken for one."""
+    from vlr_plugins.data import EmbeddingStoreWriter
+    from vlr_plugins.precompute.images import BlipImageEncoder, list_images, precompute_image_embeddings
+
+    precompute_image_embeddings(BlipImageEncoder(world["blip"]), list_images(world["root"] / "images"),
+                                tmp_path / "store", progress=False)
+    ckpt = paragraph_checkpoint(tmp_path / "api.pth", world["encoder"], str(tmp_path / "store"))
+    code, _, err = run_vlr(["export", ckpt, tmp_path / "api"])
+    assert code == 0 and f"image side: {world['blip']}, the encoder of the store" in err, err
+    with EmbeddingStoreWriter(tmp_path / "own", 16, meta={"encoder": "my-encoder"}) as writer:
+        writer.add(IDS, torch.nn.functional.normalize(torch.randn(len(IDS), 16), dim=-1))
+    ckpt = paragraph_checkpoint(tmp_path / "own.pth", world["encoder"], str(tmp_path / "own"))
+    code, _, err = run_vlr(["export", ckpt, tmp_path / "own-export"])
+    assert code == 0 and "made by my-encoder, which is not a BLIP image side" in err, err

@@ -47,17 +47,27 @@ def _blip_target(spec: str, *, bare: bool = True) -> str | None:
     """BLIP's name or folder for an encoder spec, else ``None``.
 
     ``vlr precompute`` records the ``--encoder`` spec (``blip:NAME``); the Python API
-    records ``BlipImageEncoder.name`` (the bare ``NAME``, taken when ``bare``); every
-    other encoder records ``module:attr`` or ``mllm:...``, which holds a colon.
+    records ``BlipImageEncoder.name`` (the bare ``NAME``: a BLIP folder or a Hub id, taken
+    when ``bare``); every other encoder records ``module:attr`` or ``mllm:...``, or a name of
+    its own, none of which is taken.
     """
+    import json
+    import re
+
     from vlr_plugins.specs import parse_model_spec
 
     parsed = parse_model_spec(spec, "image")
     if parsed.scheme == "blip":
         return parsed.target or None
-    if bare and parsed.scheme == "python" and ":" not in spec and spec.strip():
-        return spec
-    return None
+    if not bare or parsed.scheme != "python" or ":" in spec:
+        return None
+    config = Path(spec) / "config.json"
+    if config.is_file():
+        try:
+            return spec if json.loads(config.read_text(encoding="utf-8")).get("model_type") == "blip" else None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return None
+    return spec if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not os.path.exists(spec) else None
 
 
 def _store_record(recipe: Any) -> tuple[str | None, dict[str, Any] | None]:
