@@ -213,3 +213,47 @@ def test_a_store_written_through_the_python_api_names_its_blip_by_folder(world, 
     ckpt = paragraph_checkpoint(tmp_path / "own.pth", world["encoder"], str(tmp_path / "own"))
     code, _, err = run_vlr(["export", ckpt, tmp_path / "own-export"])
     assert code == 0 and "made by my-encoder, which is not a BLIP image side" in err, err
+
+
+def test_a_vlr_train_run_exports_with_the_image_side_its_store_was_made_with(tiny_world, tiny_encoder_cfg,
+                                                                              tmp_path):
+    """MMEngine end to end: `vlr precompute --encoder blip:TINY` -> `vlr train paragraph/c5` on that
+    store -> `vlr export`: the image side is the store's, its features the store's rows."""
+    pytest.importorskip("mmengine")
+    import logging
+
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    from PIL import Image
+    from transformers import AutoModel, BlipImageProcessor
+
+    from vlr_plugins.data import EmbeddingStore, read_paragraph_samples
+    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.recipe import load_recipe
+
+    ids = sorted({s.id for s in read_paragraph_samples(tiny_world["train"])})
+    (tmp_path / "images").mkdir()
+    rng = np.random.RandomState(5)
+    for i in ids:
+        Image.fromarray(rng.randint(0, 255, (32, 32, 3), dtype=np.uint8)).save(tmp_path / "images" / f"{i}.png")
+    blip = save_tiny_blip(tmp_path / "blip", proj=tiny_encoder_cfg["embed_dim"])
+    code, _, err = run_vlr(["precompute", "--images", tmp_path / "images", "--encoder", f"blip:{blip}",
+                            "--out", tmp_path / "store"])
+    assert code == 0, err
+    recipe = load_recipe("paragraph/c5", {
+        "model": tiny_encoder_cfg,
+        "data": {"train": tiny_world["train"], "image_embeddings": str(tmp_path / "store")},
+        "train": {"batch_size": 16, "epochs": 1, "lr": 1e-3, "warmup_steps": 1, "num_workers": 0},
+    })
+    try:
+        Runner.from_cfg(Config(recipe_to_mmengine_config(recipe, str(tmp_path / "run"), log_level="WARNING"))).train()
+    finally:
+        logging.getLogger("mmengine").handlers.clear()
+    code, _, err = run_vlr(["export", tmp_path / "run" / "epoch_1.pth", tmp_path / "hub"])
+    assert code == 0 and "the encoder of the store the recipe trained against" in err, err
+    model = AutoModel.from_pretrained(tmp_path / "hub", trust_remote_code=True).eval()
+    some = ids[:6]
+    images = [Image.open(tmp_path / "images" / f"{i}.png").convert("RGB") for i in some]
+    with torch.no_grad():
+        got = model.get_image_features(**BlipImageProcessor.from_pretrained(tmp_path / "hub")(images, return_tensors="pt"))
+    torch.testing.assert_close(got, EmbeddingStore(tmp_path / "store").get(some), rtol=0, atol=1e-6)
