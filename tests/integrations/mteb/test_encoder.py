@@ -82,6 +82,8 @@ def test_open_clip_export_text_to_image_and_back(open_clip_export):
     assert (meta.name, meta.modalities, meta.embed_dim, meta.max_tokens) == \
         (f"vlr-local/{open_clip_export.name}", ["text", "image"], 16, 77)
     assert meta.similarity_fn_name.value == "cosine" and meta.revision.startswith("local-")
+    again = meta.load_model(device="cpu")  # MTEB's own way back from the metadata to the model
+    assert isinstance(again, VlrExportEncoder) and again.mteb_model_meta.revision == meta.revision
     t2i = local_task("VlrLocalT2I", "t2i", {"text": texts}, {"image": images}, {q: [q // 2] for q in range(20)})
     i2t = local_task("VlrLocalI2T", "i2t", {"image": images}, {"text": texts},
                      {i: [2 * i, 2 * i + 1] for i in range(10)})

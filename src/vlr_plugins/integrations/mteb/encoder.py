@@ -80,7 +80,7 @@ class VlrExportEncoder(AbsEncoder):
         self.export = export or read_export_folder(folder if folder is not None else model_name)
         self.towers: Towers = load_towers(self.export, device, view=view, dtype=dtype)
         self.model = self.towers.model
-        self.mteb_model_meta = export_model_meta(self.export, self.towers, name=name, view=view, dtype=dtype)
+        self.mteb_model_meta = export_model_meta(self.export, self.towers, loader=load_export_encoder, name=name, view=view, dtype=dtype)
 
     def _embed(self, modality: str, items: list[Any]) -> torch.Tensor:
         return getattr(self.towers, modality)(items)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,11 @@ def _name(export: ExportFolder, name: str | None) -> str:
     return export.repo_id or f"vlr-local/{export.path.resolve().name}"
 
 
-def export_model_meta(export: ExportFolder, towers: Any, *, name: str | None = None, view: str | None = None,
-                      dtype: str | None = None) -> ModelMeta:
+def export_model_meta(export: ExportFolder, towers: Any, *, loader: Callable[..., Any] | None = None,
+                      name: str | None = None, view: str | None = None, dtype: str | None = None) -> ModelMeta:
     """The ``ModelMeta`` of ``export`` loaded as ``towers`` (:mod:`~vlr_plugins.integrations.mteb.towers`);
-    its loader builds the same encoder again (``meta.load_model()``)."""
-    from vlr_plugins.integrations.mteb.encoder import load_export_encoder
-
+    ``loader`` (the encoder module's ``load_export_encoder``) builds the same encoder again
+    (``meta.load_model()``) from the ``loader_kwargs`` recorded here."""
     loader_kwargs: dict[str, Any] = {"folder": str(export.path)}
     if name:
         loader_kwargs["name"] = name
@@ -58,7 +58,7 @@ def export_model_meta(export: ExportFolder, towers: Any, *, name: str | None = N
         loader_kwargs["dtype"] = dtype
     experiment = {k: v for k, v in (("view", view), ("dtype", dtype)) if v}  # a choice beside the export's own
     return ModelMeta(
-        loader=load_export_encoder,
+        loader=loader,
         loader_kwargs=loader_kwargs,
         name=_name(export, name),
         revision=folder_revision(export.path),
