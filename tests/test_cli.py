@@ -257,8 +257,8 @@ def test_the_parser_is_built_without_any_trainer_ecosystem():
             "verbs = list(p._subparsers._group_actions[0].choices); "
             "print(','.join(verbs)); "
             "print(','.join(m for m in ('transformers', 'mmengine', 'open_clip', 'open_clip_train', 'lavis', "
-            "'peft', 'openai') if m in sys.modules))")
+            "'peft', 'openai', 'mteb', 'datasets', 'sentence_transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].split(",") == ["list", "train", "precompute", "eval", "export", "openclip-train", "lavis-train",
-                                 "lavis-eval", "lavis-export", "push", "demo", "capst", "caption", "lens", "generate"]
+                                 "lavis-eval", "lavis-export", "mteb", "push", "demo", "capst", "caption", "lens", "generate"]
     assert out[1] == ""

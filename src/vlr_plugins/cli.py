@@ -1,4 +1,4 @@
-"""The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, precompute, eval, export, push, demo.
+"""The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, mteb, precompute, eval, export, push, demo.
 
 Every command exits with status 2 and a one-line ``error:`` message naming the file,
 record and field when its input is bad (a :class:`~vlr_plugins.errors.UserError`;
@@ -9,7 +9,7 @@ This module only dispatches: each verb is defined in its area (:data:`_AREAS`, i
 order ``vlr --help`` lists them) by an ``add_cli(subparsers)`` that imports its ecosystem
 only when the command runs (for the areas whose package imports its ecosystem, the command
 module lives beside the package: ``hf_cli.py``, ``integrations/mmengine_cli.py``,
-``integrations/lavis_cli.py``).
+``integrations/lavis_cli.py``, ``integrations/mteb_cli.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _AREAS = (
     "vlr_plugins.hf_cli:add_export_cli",  # export
     "vlr_plugins.integrations.open_clip.cli:add_cli",  # openclip-train
     "vlr_plugins.integrations.lavis_cli:add_cli",  # lavis-train, lavis-eval, lavis-export
+    "vlr_plugins.integrations.mteb_cli:add_cli",  # mteb
     "vlr_plugins.hf_cli:add_push_cli",  # push
     "vlr_plugins.demo.cli:add_cli",  # demo
     "vlr_plugins.eval.capst.cli:add_cli",  # capst
