@@ -27,8 +27,9 @@ def open_clip_export(root: Path) -> Path:
     return root / "clip-export"
 
 
-def blip_export(root: Path) -> Path:
-    """A ``vlr_blip_text_encoder`` export of a random tiny BlipTextEncoder (budgets: caption 12, paragraph 20)."""
+def blip_export(root: Path, *, image_side: bool = False) -> Path:
+    """A ``vlr_blip_text_encoder`` export of a random tiny BlipTextEncoder (budgets: caption 12, paragraph 20);
+    with ``image_side``, a tiny BLIP's frozen image side bundled beside it."""
     import torch
 
     from vlr_plugins.hf import export_text_encoder
@@ -41,5 +42,12 @@ def blip_export(root: Path) -> Path:
                   pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id)
     torch.manual_seed(0)
     encoder = BlipTextEncoder(config=config, embed_dim=16, tokenizer=str(root / "tokenizer")).eval()
+    towers = {}
+    if image_side:
+        from _blip_world import save_tiny_blip
+
+        from vlr_plugins.precompute.images import BlipImageEncoder
+
+        towers["image_side"] = BlipImageEncoder(save_tiny_blip(root / "blip"))
     return export_text_encoder(encoder, root / "blip-export", token_budgets={"caption": 12, "paragraph": 20},
-                               recipe="C5")
+                               recipe="C5", **towers)

@@ -24,6 +24,14 @@ def blip_export(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def blip_two_tower_export(tmp_path_factory):
+    pytest.importorskip("transformers")
+    import _mteb_exports
+
+    return _mteb_exports.blip_export(tmp_path_factory.mktemp("mteb-blip-both"), image_side=True)
+
+
+@pytest.fixture(scope="session")
 def eol_base(tmp_path_factory):
     pytest.importorskip("torchvision")  # Qwen2-VL's video processor
     from _tiny_mllm import save_tiny_qwen2vl

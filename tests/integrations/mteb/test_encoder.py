@@ -122,21 +122,44 @@ def test_blip_export_texts_truncated_at_its_budget(blip_export):
 
 
 def test_blip_export_images_need_its_image_tower(blip_export):
-    """A text-tower export (no get_image_features, today's paragraph exports) says so for an image task;
-    with the image tower bundled, its images go through the folder's image processor."""
+    """A text-tower export (``vlr export --text-only``, or a store no BLIP made) says so for an image task."""
     from vlr_plugins.integrations.mteb import MissingTowerError
     from vlr_plugins.integrations.mteb.run import check_modalities
 
     encoder = VlrExportEncoder(folder=blip_export, device="cpu")
     task = local_task("VlrLocalBlipT2I", "t2i", {"text": ["a red dog"]}, {"image": noise_images(2, 32, 1)},
                       {0: [0]})
-    if encoder.towers.has("image"):
-        pytest.skip("this export bundles an image tower: covered by the export's own tests")
     assert encoder.mteb_model_meta.modalities == ["text"]
     with pytest.raises(Exception, match="no image tower"):
         check_modalities([task], encoder.mteb_model_meta.modalities, blip_export, "blip")
-    with pytest.raises(MissingTowerError, match="get_image_features"):
+    with pytest.raises(MissingTowerError, match="vision_config"):
         encoder.towers.image(noise_images(1, 32, 2))
+
+
+def test_blip_export_with_its_image_side_text_to_image_and_back(blip_two_tower_export):
+    """The paragraph export with BLIP's frozen image side: images through the folder's image processor and
+    get_image_features, texts at the paragraph budget."""
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+    import vlr_plugins.hf  # noqa: F401
+
+    folder = blip_two_tower_export
+    images, texts = noise_images(10, 40, seed=4), captions(10)
+    model, tok = AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        image_emb = model.get_image_features(**AutoImageProcessor.from_pretrained(folder)(images, return_tensors="pt"))
+        text_emb = model.get_text_features(**{k: v for k, v in tok(texts, truncation=True, max_length=20,
+                                                                  padding=True, return_tensors="pt").items()
+                                              if k != "token_type_ids"})
+    encoder = VlrExportEncoder(folder=folder, device="cpu")
+    assert encoder.mteb_model_meta.modalities == ["text", "image"]
+    t2i = local_task("VlrLocalBlipBothT2I", "t2i", {"text": texts}, {"image": images},
+                     {q: [q // 2] for q in range(20)})
+    i2t = local_task("VlrLocalBlipBothI2T", "i2t", {"image": images}, {"text": texts},
+                     {i: [2 * i, 2 * i + 1] for i in range(10)})
+    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": 4})
+               for task in (t2i, i2t)]
+    check_against_vlr_eval(*results, image_emb, text_emb)
 
 
 def _write_random_clip(path, seed: int, frames: int = 12, side: int = 56) -> str:

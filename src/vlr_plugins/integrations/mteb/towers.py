@@ -117,13 +117,14 @@ class BlipTowers(_FamilyTowers):
     kind = "blip"
 
     def has(self, modality: str) -> bool:
-        return modality == "text" or (modality == "image" and callable(getattr(self.model, "get_image_features", None)))
+        # every vlr_blip_text_encoder has get_image_features; only one with a bundled image side can run it
+        return modality == "text" or (modality == "image" and bool(getattr(self.model.config, "has_image_tower", False)))
 
     @torch.no_grad()
     def image(self, images: Sequence[Any]) -> torch.Tensor:
         if not self.has("image"):
-            raise self.missing("image", "a text-tower export: its model has no get_image_features; export it "
-                                        "again with the image side bundled")
+            raise self.missing("image", "a text-tower export: its model has no image side (config.vision_config); "
+                                        "export it again with the image side bundled (vlr export --image-encoder)")
         if not hasattr(self, "_processor"):
             from transformers import AutoImageProcessor
 
