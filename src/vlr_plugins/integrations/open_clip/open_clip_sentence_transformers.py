@@ -110,7 +110,8 @@ class OpenCLIPEncoder(InputModule):
         if kinds == {"image"}:
             pixels = [self.image_preprocess(_as_pil(x)) for x in inputs]
             return {"modality": "image", "pixel_values": torch.stack(pixels)}
-        raise ValueError(f"this open_clip model embeds texts or images, one kind per call; got {sorted(map(str, kinds))}")
+        raise ValueError("this open_clip model embeds texts or images, one kind per call; "
+                         f"got {sorted(map(str, kinds))}")
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
         if "pixel_values" in features:
