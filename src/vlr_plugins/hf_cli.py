@@ -89,11 +89,13 @@ def _export_open_clip(args: argparse.Namespace, spec: Any) -> int:
         if getattr(args, option) is not None:
             raise UsageError(f"--{option.replace('_', '-')}", "is not for an open_clip checkpoint (its folder "
                                                                 "carries open_clip's own config and tokenizer)")
-    if args.no_remote_code:
-        raise UsageError("--no-remote-code", "is not for an open_clip checkpoint (plain open_clip loads it)")
     check_output_dir(args.out, "OUT", replaced_whole=True)
-    out = export_open_clip(*spec.open_clip_parts, args.out, spec=spec.text, overwrite=args.overwrite)
-    print(f"exported to {out} (open_clip: create_model_from_pretrained('local-dir:{out}'); no model card written)")
+    st = not args.no_remote_code  # the sentence-transformers module is the folder's only code
+    out = export_open_clip(*spec.open_clip_parts, args.out, spec=spec.text, overwrite=args.overwrite,
+                           sentence_transformers=st)
+    also = f"; sentence-transformers: SentenceTransformer({str(out)!r}, trust_remote_code=True)" if st else ""
+    print(f"exported to {out} (open_clip: create_model_from_pretrained('local-dir:{out}'){also}; "
+          "no model card written)")
     return 0
 
 
@@ -123,7 +125,8 @@ def add_export_cli(sub: Any) -> None:
     s.add_argument("--text-only", action="store_true",
                    help="BLIP checkpoint: export the text side alone (no image tower)")
     s.add_argument("--no-remote-code", action="store_true",
-                   help="do not ship modeling code (loading then needs `import vlr_plugins.hf`)")
+                   help="do not ship modeling code (loading then needs `import vlr_plugins.hf`; an open_clip "
+                        "folder is then without its sentence-transformers module)")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier export at OUT")
     s.add_argument("--prompt", help="MLLM folder: the EOL prompt family or YAML file (default: care)")
     s.add_argument("--config", help="MLLM folder: the MMEngine config of the run, for the card's recipe table")

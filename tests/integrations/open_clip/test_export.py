@@ -67,7 +67,9 @@ def test_a_checkpoint_loads_in_plain_open_clip_and_embeds_as_it_does(tiny_model,
     out = tmp_path / "export"
     _export(f"open_clip:{tiny_model}:{ckpt}", out)
 
-    assert sorted(p.name for p in out.iterdir()) == ["open_clip_config.json", "open_clip_model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [  # open_clip's files, then sentence-transformers'
+        "config_sentence_transformers.json", "modules.json", "open_clip_config.json", "open_clip_model.safetensors",
+        "open_clip_sentence_transformers.py", "sentence_bert_config.json"]
     config = json.loads((out / "open_clip_config.json").read_text())
     assert config["model_cfg"] == open_clip.get_model_config(tiny_model)
     assert set(config["preprocess_cfg"]) >= {"mean", "std"}
@@ -129,3 +131,15 @@ def test_overwrite_replaces_an_earlier_export(tiny_model, tmp_path):
     with safe_open(str(out / "open_clip_model.safetensors"), framework="pt") as f:
         assert torch.equal(f.get_tensor("text_projection"), second.state_dict()["text_projection"])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [], "a temporary folder was left"
+
+
+def test_no_remote_code_leaves_out_the_sentence_transformers_module(tiny_model, tmp_path):
+    ckpt = _save_checkpoint(open_clip.create_model(tiny_model), tmp_path / "epoch_1.pt", ddp=False)
+    out = tmp_path / "export"
+    _export(f"open_clip:{tiny_model}:{ckpt}", out, "--no-remote-code")
+    assert sorted(p.name for p in out.iterdir()) == ["open_clip_config.json", "open_clip_model.safetensors"]
+    reference = open_clip.create_model(tiny_model, pretrained=ckpt).eval()
+    images = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    got = _load_plainly(out, images, tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(got["image"], reference.encode_image(images), rtol=0, atol=1e-6)

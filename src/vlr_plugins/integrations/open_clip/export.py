@@ -7,20 +7,26 @@ open_clip's own ``push_to_hf_hub`` writes a model (``open_clip.push_to_hf_hub.sa
 ``open_clip_config.json`` holding the full ``model_cfg`` (the context length of a ``-ctx248``
 model included, so plain open_clip builds it without this package) and ``preprocess_cfg``,
 the weights as ``open_clip_model.safetensors`` (no pickle), and an HF tokenizer's files
-where the model has one (open_clip's default CLIP tokenizer is set by ``text_cfg`` alone).
-Then::
+where the model has one (open_clip's default CLIP tokenizer is set by ``text_cfg`` alone),
+and the sentence-transformers files (:func:`sentence_transformers_files`: ``modules.json`` naming
+the module whose code ships in the folder,
+:mod:`~vlr_plugins.integrations.open_clip.open_clip_sentence_transformers`). Then::
 
     model, preprocess = open_clip.create_model_from_pretrained("local-dir:OUT")  # or hf-hub:me/name
     tokenizer = open_clip.get_tokenizer("local-dir:OUT")
+    st = SentenceTransformer("OUT", trust_remote_code=True)  # st.encode(texts), st.encode(images)
 
 Before the folder is renamed into place it is loaded back with plain open_clip and its
 ``encode_image`` / ``encode_text`` and tokenizer compared with the checkpoint's own model,
-so ``OUT`` is either a folder that reproduces the checkpoint or absent.
+and (where sentence-transformers >= 6 is installed) the same for the folder's
+sentence-transformers module, so ``OUT`` is either a folder that reproduces the checkpoint or absent.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,11 @@ import torch
 
 from vlr_plugins.errors import UsageError
 
-__all__ = ["export_open_clip", "open_clip_model_config"]
+__all__ = ["export_open_clip", "open_clip_model_config", "sentence_transformers_files"]
+
+# the sentence-transformers module's code, copied into the folder; modules.json names its class
+_ST_CODE = "open_clip_sentence_transformers.py"
+_ST_CLASS = "OpenCLIPEncoder"
 
 _PROBE_TEXTS = ["a photo of a dog running on the beach", "two people riding bicycles past a red building", ""]
 
@@ -48,6 +58,56 @@ def open_clip_model_config(model_name: str, context_length: int) -> dict[str, An
         cfg = long_context_config(parsed[0], parsed[1])
     cfg["text_cfg"]["context_length"] = context_length
     return cfg
+
+
+def sentence_transformers_files() -> dict[str, str]:
+    """``{file name: JSON text}`` that, with the module's code (``open_clip_sentence_transformers.py``),
+    make an open_clip folder a sentence-transformers model: ``modules.json`` (the one input module, at
+    the folder's root), its empty ``sentence_bert_config.json``, ``config_sentence_transformers.json``."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": f"{Path(_ST_CODE).stem}.{_ST_CLASS}"}]
+    model_config = {
+        "model_type": "SentenceTransformer",
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+        "requirements": {"sentence_transformers": {
+            "specifier": ">=6.0",
+            "reason": "the module is a sentence_transformers.base.modules.InputModule with modalities (6.x)"}},
+    }
+
+    def dump(obj: Any) -> str:
+        return json.dumps(obj, indent=2) + "\n"
+
+    return {"modules.json": dump(modules), "sentence_bert_config.json": dump({}),
+            "config_sentence_transformers.json": dump(model_config)}
+
+
+def _check_sentence_transformers(folder: Path, model: torch.nn.Module, tokenizer: Any) -> None:
+    """Where sentence-transformers >= 6 is installed: the folder's module (this package's copy of its
+    code, so no dynamic-module cache is written) embeds texts and an image as ``model`` does."""
+    try:
+        import sentence_transformers
+    except ImportError:
+        return
+    if int(sentence_transformers.__version__.split(".")[0]) < 6:
+        return
+    from PIL import Image
+
+    from vlr_plugins.integrations.open_clip.open_clip_sentence_transformers import OpenCLIPEncoder
+
+    module = OpenCLIPEncoder.load(str(folder))
+    pixels = torch.randint(0, 256, (48, 40, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    image = Image.fromarray(pixels.numpy())
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        got_text = module(module.preprocess(_PROBE_TEXTS))["sentence_embedding"]
+        got_image = module(module.preprocess([image]))["sentence_embedding"]
+        want_text = model.encode_text(tokenizer(_PROBE_TEXTS).to(device), normalize=True).cpu()
+        want_image = model.encode_image(module.image_preprocess(image)[None].to(device), normalize=True).cpu()
+    for what, a, b in (("texts", got_text, want_text), ("images", got_image, want_image)):
+        if a.shape != b.shape or not torch.allclose(a.float(), b.float(), rtol=0, atol=1e-6):
+            raise RuntimeError(f"the exported folder's sentence-transformers module embeds {what} differently "
+                               "from the checkpoint")
 
 
 def _probe(model: torch.nn.Module, tokens: torch.Tensor, image_size: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,14 +141,16 @@ def _check_folder(folder: Path, model: torch.nn.Module, tokenizer: Any) -> None:
 
 def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, out_dir: str | os.PathLike, *,
                      spec: str, overwrite: bool = False, setting: str = "CHECKPOINT",
-                     flag: str = "--overwrite") -> Path:
+                     flag: str = "--overwrite", sentence_transformers: bool = True) -> Path:
     """Write the open_clip model ``spec`` names (``open_clip:MODEL:CHECKPOINT``, read by
     :func:`vlr_plugins.specs.parse_model_spec` into ``model_name``, ``pretrained`` and
     ``own_scheme``) as an open_clip Hub folder at ``out_dir``; returns its path.
 
     ``out_dir`` must be absent, or (with ``overwrite``) an earlier export; it is written
     beside itself and renamed into place. ``hf-hub:`` / ``local-dir:`` models are refused:
-    they already are Hub folders.
+    they already are Hub folders. ``sentence_transformers``: also write the sentence-transformers
+    files and module code (:func:`sentence_transformers_files`; ``vlr export --no-remote-code`` leaves
+    them out, and the folder holds no code).
 
     Example::
 
@@ -118,5 +180,11 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
         if hasattr(tokenizer, "save_pretrained"):  # an HFTokenizer: open_clip reads it from the folder
             tokenizer.save_pretrained(tmp)
         save_config_for_hf(model, tmp / HF_CONFIG_NAME, model_config=cfg)
+        if sentence_transformers:
+            for name, text in sentence_transformers_files().items():
+                (tmp / name).write_text(text, encoding="utf-8")
+            shutil.copyfile(Path(__file__).with_name(_ST_CODE), tmp / _ST_CODE)
         _check_folder(tmp, model, tokenizer)
+        if sentence_transformers:
+            _check_sentence_transformers(tmp, model, tokenizer)
     return out_dir
