@@ -85,17 +85,21 @@ def _export_open_clip(args: argparse.Namespace, spec: Any) -> int:
     from vlr_plugins._io import check_output_dir
     from vlr_plugins.integrations.open_clip.export import export_open_clip
 
-    for option in ("prompt", "config", "recipe", "eval", "name", "repo_id", "license", "tokenizer"):
+    from vlr_plugins.hf.card import merge_eval_results
+
+    for option in ("prompt", "config", "recipe", "tokenizer"):
         if getattr(args, option) is not None:
             raise UsageError(f"--{option.replace('_', '-')}", "is not for an open_clip checkpoint (its folder "
                                                                 "carries open_clip's own config and tokenizer)")
     check_output_dir(args.out, "OUT", replaced_whole=True)
+    merge_eval_results(args.eval)  # the --eval files are checked before the model is loaded
     st = not args.no_remote_code  # the sentence-transformers module is the folder's only code
+    card = {"model_name": args.name or os.path.basename(os.path.normpath(args.out)), "repo_id": args.repo_id,
+            "eval_paths": args.eval, "license": args.license}
     out = export_open_clip(*spec.open_clip_parts, args.out, spec=spec.text, overwrite=args.overwrite,
-                           sentence_transformers=st)
+                           sentence_transformers=st, card=card)
     also = f"; sentence-transformers: SentenceTransformer({str(out)!r}, trust_remote_code=True)" if st else ""
-    print(f"exported to {out} (open_clip: create_model_from_pretrained('local-dir:{out}'){also}; "
-          "no model card written)")
+    print(f"exported to {out} (with model card; open_clip: create_model_from_pretrained('local-dir:{out}'){also})")
     return 0
 
 

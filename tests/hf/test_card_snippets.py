@@ -105,3 +105,32 @@ def test_the_mllm_card_runs(tmp_path, user_folder):
     assert np.isfinite(float(score.strip().splitlines()[-1]))
     for code in blocks[1:]:
         run_snippet(code, user_folder)
+
+
+def test_the_open_clip_card_retrieves_as_the_model(tmp_path, user_folder):
+    open_clip = pytest.importorskip("open_clip")
+    import json
+
+    from _tiny_towers import TINY_OPEN_CLIP
+    from PIL import Image
+
+    name = "vlr-card-snippets-clip"
+    (tmp_path / f"{name}.json").write_text(json.dumps(TINY_OPEN_CLIP))
+    open_clip.add_model_config(tmp_path / f"{name}.json")
+    torch.manual_seed(0)
+    torch.save({"state_dict": open_clip.create_model(name).state_dict()}, tmp_path / "epoch_1.pt")
+    out = tmp_path / "clip-export"
+    code, _, err = run_vlr(["export", f"open_clip:{name}:{tmp_path / 'epoch_1.pt'}", out, "--repo-id", out])
+    assert code == 0, err
+    model, preprocess = open_clip.create_model_from_pretrained(f"local-dir:{out}")
+    tokenizer = open_clip.get_tokenizer(f"local-dir:{out}")
+    images = torch.stack([preprocess(Image.open(user_folder / n).convert("RGB")) for n in ("dog.jpg", "car.jpg")])
+    with torch.no_grad():
+        scores = model.eval().encode_text(tokenizer(TEXTS), normalize=True) @ model.encode_image(images,
+                                                                                                   normalize=True).T
+    blocks = snippets(out / "README.md")
+    assert len(blocks) == 2 and "SentenceTransformer" in blocks[1]
+    for code in blocks:
+        # the card names the Hub repository; here its id is the export folder, which open_clip reads as local-dir:
+        code = code.replace(f"hf-hub:{out}", f"local-dir:{out}")
+        assert run_snippet(code, user_folder).strip().splitlines()[-1] == str(scores.argmax(dim=1))

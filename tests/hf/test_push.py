@@ -332,7 +332,7 @@ def test_an_open_clip_export_arrives_byte_identical(hub, tmp_path):
     folder = tmp_path / "tiny-clip"
     assert main(["export", f"open_clip:vlr-push-tiny-ctx248:{tmp_path / 'epoch_1.pt'}", str(folder)]) == 0
     files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    assert set(files) == {"open_clip_config.json", "open_clip_model.safetensors",  # and sentence-transformers'
+    assert set(files) == {"README.md", "open_clip_config.json", "open_clip_model.safetensors",  # + ST's
                           "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
                           "open_clip_sentence_transformers.py"}
 

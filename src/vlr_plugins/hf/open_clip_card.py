@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
 
 __all__ = ["open_clip_card_files"]
 

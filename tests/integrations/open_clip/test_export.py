@@ -67,8 +67,8 @@ def test_a_checkpoint_loads_in_plain_open_clip_and_embeds_as_it_does(tiny_model,
     out = tmp_path / "export"
     _export(f"open_clip:{tiny_model}:{ckpt}", out)
 
-    assert sorted(p.name for p in out.iterdir()) == [  # open_clip's files, then sentence-transformers'
-        "config_sentence_transformers.json", "modules.json", "open_clip_config.json", "open_clip_model.safetensors",
+    assert sorted(p.name for p in out.iterdir()) == [  # the card, open_clip's files, then sentence-transformers'
+        "README.md", "config_sentence_transformers.json", "modules.json", "open_clip_config.json", "open_clip_model.safetensors",
         "open_clip_sentence_transformers.py", "sentence_bert_config.json"]
     config = json.loads((out / "open_clip_config.json").read_text())
     assert config["model_cfg"] == open_clip.get_model_config(tiny_model)
@@ -137,7 +137,7 @@ def test_no_remote_code_leaves_out_the_sentence_transformers_module(tiny_model, 
     ckpt = _save_checkpoint(open_clip.create_model(tiny_model), tmp_path / "epoch_1.pt", ddp=False)
     out = tmp_path / "export"
     _export(f"open_clip:{tiny_model}:{ckpt}", out, "--no-remote-code")
-    assert sorted(p.name for p in out.iterdir()) == ["open_clip_config.json", "open_clip_model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "open_clip_config.json", "open_clip_model.safetensors"]
     reference = open_clip.create_model(tiny_model, pretrained=ckpt).eval()
     images = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(9))
     got = _load_plainly(out, images, tmp_path)

@@ -141,10 +141,15 @@ def _check_folder(folder: Path, model: torch.nn.Module, tokenizer: Any) -> None:
 
 def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, out_dir: str | os.PathLike, *,
                      spec: str, overwrite: bool = False, setting: str = "CHECKPOINT",
-                     flag: str = "--overwrite", sentence_transformers: bool = True) -> Path:
+                     flag: str = "--overwrite", sentence_transformers: bool = True,
+                     card: dict[str, Any] | None = None) -> Path:
     """Write the open_clip model ``spec`` names (``open_clip:MODEL:CHECKPOINT``, read by
     :func:`vlr_plugins.specs.parse_model_spec` into ``model_name``, ``pretrained`` and
     ``own_scheme``) as an open_clip Hub folder at ``out_dir``; returns its path.
+
+    ``card``: the model card's fields (``model_name``, ``repo_id``, ``eval_paths``, ``license``;
+    :func:`vlr_plugins.hf.open_clip_card.open_clip_card_files`) to write ``README.md``; none
+    without it.
 
     ``out_dir`` must be absent, or (with ``overwrite``) an earlier export; it is written
     beside itself and renamed into place. ``hf-hub:`` / ``local-dir:`` models are refused:
@@ -180,6 +185,15 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
         if hasattr(tokenizer, "save_pretrained"):  # an HFTokenizer: open_clip reads it from the folder
             tokenizer.save_pretrained(tmp)
         save_config_for_hf(model, tmp / HF_CONFIG_NAME, model_config=cfg)
+        if card is not None:  # README.md (+ eval_results.json): vlr_plugins.hf.open_clip_card
+            from vlr_plugins.hf.open_clip_card import open_clip_card_files
+            from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name
+
+            files = open_clip_card_files(architecture=model_name, context_length=int(model.context_length),
+                                         embed_dim=int(cfg["embed_dim"]), sentence_transformers=sentence_transformers,
+                                         long_context=parse_long_context_name(model_name) is not None, **card)
+            for name, text in files.items():
+                (tmp / name).write_text(text, encoding="utf-8")
         if sentence_transformers:
             for name, text in sentence_transformers_files().items():
                 (tmp / name).write_text(text, encoding="utf-8")
