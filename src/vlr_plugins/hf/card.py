@@ -19,7 +19,8 @@ from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import DataFormatError, MissingFileError
 
-__all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "METRIC_NAMES"]
+__all__ = ["build_model_card", "write_model_card", "merge_eval_results", "card_files", "eval_result_entries",
+           "METRIC_NAMES"]
 
 METRIC_NAMES = {
     "i2t_r1": "I2T R@1", "i2t_r5": "I2T R@5", "i2t_r10": "I2T R@10",
@@ -39,6 +40,22 @@ def _architecture(encoder: Mapping[str, Any]) -> str:
                     "`view=\"detailed\"`) + text projection")
         return f"a BERT text encoder{split} with a single CLS token + text projection"
     return "BLIP text encoder + text projection"
+
+
+def eval_result_entries(recall: Mapping[str, Mapping[str, float]], *, task_type: str, task_name: str,
+                        metric_config: Any = None) -> list[Any]:
+    """The Hub ``model-index`` entries (``huggingface_hub.EvalResult``) of `vlr eval` recalls
+    ``{benchmark: {metric: value}}``: one per metric of :data:`METRIC_NAMES`, rounded to 2
+    places; ``metric_config(benchmark)``, when given, says how each was measured."""
+    from huggingface_hub import EvalResult
+
+    return [
+        EvalResult(task_type=task_type, task_name=task_name, dataset_type=bench.split("/")[0], dataset_name=bench,
+                   metric_type=metric.replace("_", "-"), metric_name=METRIC_NAMES[metric],
+                   metric_value=round(float(value), 2),
+                   **({"metric_config": metric_config(bench)} if metric_config is not None else {}))
+        for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
+    ]
 
 
 def _template(name: str) -> str:
@@ -97,20 +114,16 @@ def build_model_card(
     ``image_tower``: the export bundles its frozen image side (the "Use" section retrieves with
     both towers); else ``image_encoder`` names the encoder that made its image embeddings.
     """
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard, ModelCardData
 
     from vlr_plugins.eval.report import recall_table_markdown
 
     video = (recipe.get("data") or {}).get("schema") == "mvc"  # video-text pretraining: both towers trained
     recall = dict((eval_results or {}).get("recall") or {})
-    results = [
-        EvalResult(task_type="video-text-retrieval" if video else "image-text-retrieval",
-                   task_name="Video-text retrieval" if video else "Image-text retrieval",
-                   dataset_type=bench.split("/")[0], dataset_name=bench, metric_type=metric.replace("_", "-"),
-                   metric_name=METRIC_NAMES[metric], metric_value=round(float(value), 2),
-                   metric_config=f"{(eval_results or {}).get('budgets', {}).get(bench, '?')} tokens")
-        for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
-    ]
+    budgets = (eval_results or {}).get("budgets", {})
+    results = eval_result_entries(recall, task_type="video-text-retrieval" if video else "image-text-retrieval",
+                                  task_name="Video-text retrieval" if video else "Image-text retrieval",
+                                  metric_config=lambda bench: f"{budgets.get(bench, '?')} tokens")
     views = recipe["text_views"]
     budgets = {TextView(**v).key: v["max_tokens"] for v in (*views["positives"], *views["negatives"])}
     base = recipe["model"].get("pretrained")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vlr_plugins.hf.card import METRIC_NAMES, _template, merge_eval_results
+from vlr_plugins.hf.card import METRIC_NAMES, _template, eval_result_entries, merge_eval_results
 
 __all__ = ["build_eol_model_card", "eol_card_files", "recipe_rows"]
 
@@ -75,15 +75,8 @@ def recipe_rows(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _results(eval_results: Mapping[str, Any]) -> tuple[list[Any], str]:
-    from huggingface_hub import EvalResult
-
     recall = dict(eval_results.get("recall") or {})
-    results = [
-        EvalResult(task_type="text-to-video-retrieval", task_name="Text-video retrieval",
-                   dataset_type=bench.split("/")[0], dataset_name=bench, metric_type=metric.replace("_", "-"),
-                   metric_name=METRIC_NAMES[metric], metric_value=round(float(value), 2))
-        for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
-    ]
+    results = eval_result_entries(recall, task_type="text-to-video-retrieval", task_name="Text-video retrieval")
     if not recall:
         return results, ""
     metrics = ("t2i_r1", "t2i_r5", "t2i_r10", "i2t_r1", "i2t_r5", "i2t_r10")

@@ -20,19 +20,14 @@ def open_clip_card_files(model_name: str, *, architecture: str, context_length: 
                          license: str | None = None, long_context: bool = False,
                          sentence_transformers: bool = False) -> dict[str, str]:
     """``{"README.md": card, "eval_results.json": merged results (when eval_paths names any)}``."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard, ModelCardData
 
     from vlr_plugins.eval.report import recall_table_markdown
-    from vlr_plugins.hf.card import METRIC_NAMES, _template, merge_eval_results
+    from vlr_plugins.hf.card import _template, eval_result_entries, merge_eval_results
 
     evals = merge_eval_results(eval_paths)
     recall = dict(evals.get("recall") or {})
-    results = [
-        EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval",
-                   dataset_type=bench.split("/")[0], dataset_name=bench, metric_type=metric.replace("_", "-"),
-                   metric_name=METRIC_NAMES[metric], metric_value=round(float(value), 2))
-        for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
-    ]
+    results = eval_result_entries(recall, task_type="image-text-retrieval", task_name="Image-text retrieval")
     data = ModelCardData(library_name="open_clip", license=license, model_name=model_name,
                          tags=["vlr-plugins", "open_clip", "clip", "image-text-retrieval"],
                          pipeline_tag="zero-shot-image-classification", eval_results=results or None)

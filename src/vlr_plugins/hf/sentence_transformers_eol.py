@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vlr_plugins._sentence_transformers import json_files, model_config
+
 __all__ = ["eol_chat_template", "sentence_transformers_files"]
 
 _PROMPT_SENTINEL = "<sent>"
-_MIN_VERSION = ">=6.0"
 
 
 def _literal(text: str) -> str:
@@ -95,19 +96,6 @@ def sentence_transformers_files(embedder: Any) -> dict[str, str]:
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"},
     ]
     pooling = {"embedding_dimension": embedder.embedding_dim, "pooling_mode": "lasttoken", "include_prompt": True}
-    model_config = {
-        "model_type": "SentenceTransformer",
-        "prompts": {},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-        "requirements": {"sentence_transformers": {
-            "specifier": _MIN_VERSION,
-            "reason": "the EOL prompt reaches the model through processing_kwargs['chat_template'] (6.x)"}},
-    }
-
-    def dump(obj: Any) -> str:
-        return json.dumps(obj, indent=2) + "\n"
-
-    return {"modules.json": dump(modules), "sentence_bert_config.json": dump(transformer),
-            "1_Pooling/config.json": dump(pooling),
-            "config_sentence_transformers.json": dump(model_config)}
+    reason = "the EOL prompt reaches the model through processing_kwargs['chat_template'] (6.x)"
+    return json_files({"modules.json": modules, "sentence_bert_config.json": transformer,
+                       "1_Pooling/config.json": pooling, "config_sentence_transformers.json": model_config(reason)})

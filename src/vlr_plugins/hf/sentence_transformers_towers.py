@@ -13,22 +13,17 @@ tokenizer, with a ``BlipProcessor`` when an image side is bundled) makes the inp
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-__all__ = ["sentence_transformers_files"]
+from vlr_plugins._sentence_transformers import json_files, model_config
 
-_MIN_VERSION = ">=6.0"
+__all__ = ["sentence_transformers_files"]
 
 #: modality -> (the config flag that says the model has it, its method)
 _TOWERS = {
     "image": ("has_image_tower", "get_image_features"),
     "video": ("has_video_tower", "get_video_features"),
 }
-
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2) + "\n"
 
 
 def sentence_transformers_files(config: Any) -> dict[str, str]:
@@ -48,14 +43,6 @@ def sentence_transformers_files(config: Any) -> dict[str, str]:
         "processing_kwargs": {"text": {"truncation": True, "max_length": config.max_tokens_for()}},
     }
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"}]
-    model_config = {
-        "model_type": "SentenceTransformer",
-        "prompts": {},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-        "requirements": {"sentence_transformers": {
-            "specifier": _MIN_VERSION,
-            "reason": "the towers' own get_*_features methods are routed by modality_config (6.x)"}},
-    }
-    return {"modules.json": _dump(modules), "sentence_bert_config.json": _dump(transformer),
-            "config_sentence_transformers.json": _dump(model_config)}
+    reason = "the towers' own get_*_features methods are routed by modality_config (6.x)"
+    return json_files({"modules.json": modules, "sentence_bert_config.json": transformer,
+                       "config_sentence_transformers.json": model_config(reason)})

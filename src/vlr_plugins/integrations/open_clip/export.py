@@ -24,7 +24,6 @@ sentence-transformers module, so ``OUT`` is either a folder that reproduces the 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 import torch
 
+from vlr_plugins._sentence_transformers import json_files, model_config
 from vlr_plugins.errors import UsageError
 
 __all__ = ["export_open_clip", "open_clip_model_config", "sentence_transformers_files"]
@@ -65,21 +65,9 @@ def sentence_transformers_files() -> dict[str, str]:
     make an open_clip folder a sentence-transformers model: ``modules.json`` (the one input module, at
     the folder's root), its empty ``sentence_bert_config.json``, ``config_sentence_transformers.json``."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": f"{Path(_ST_CODE).stem}.{_ST_CLASS}"}]
-    model_config = {
-        "model_type": "SentenceTransformer",
-        "prompts": {},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-        "requirements": {"sentence_transformers": {
-            "specifier": ">=6.0",
-            "reason": "the module is a sentence_transformers.base.modules.InputModule with modalities (6.x)"}},
-    }
-
-    def dump(obj: Any) -> str:
-        return json.dumps(obj, indent=2) + "\n"
-
-    return {"modules.json": dump(modules), "sentence_bert_config.json": dump({}),
-            "config_sentence_transformers.json": dump(model_config)}
+    reason = "the module is a sentence_transformers.base.modules.InputModule with modalities (6.x)"
+    return json_files({"modules.json": modules, "sentence_bert_config.json": {},
+                       "config_sentence_transformers.json": model_config(reason)})
 
 
 def _check_sentence_transformers(folder: Path, model: torch.nn.Module, tokenizer: Any) -> None:
