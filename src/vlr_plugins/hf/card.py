@@ -83,6 +83,7 @@ def build_model_card(
     embed_dim: int | None = None,
     license: str | None = None,
     template: str = "text_encoder.md",
+    video_tower: bool = False,
 ):
     """A ``huggingface_hub.ModelCard`` for a model trained with ``recipe`` (``Recipe.to_dict()``).
 
@@ -92,6 +93,8 @@ def build_model_card(
     are missing from it.
     ``eval_results``: the JSON `vlr eval` writes (``{"recall": {bench: metrics}, "budgets": ...}``);
     each recall becomes an ``EvalResult`` in the card's ``model-index``.
+    ``video_tower``: the export bundles the video tower trained with the text encoder (an MVC
+    export): the card's "Use" retrieves videos with it.
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -129,6 +132,7 @@ def build_model_card(
         architecture=architecture,
         image_space=image_space,
         video=video,
+        video_tower=video and video_tower,
         embed_dim=embed_dim if embed_dim is not None else "D",
         default_max_tokens=max(budgets.values()),
         budgets_line=", ".join(f"{k} {v}" for k, v in budgets.items()),
@@ -198,6 +202,7 @@ def card_files(
         encoder = meta.get("vlr_text_encoder") or {}
         card = build_model_card(recipe, model_name=model_name, loss=meta.get("vlr_loss"), repo_id=repo_id,
                                 eval_results=evals, embed_dim=encoder.get("embed_dim"), license=license,
-                                architecture=_architecture(encoder))
+                                architecture=_architecture(encoder),
+                                video_tower=isinstance(meta.get("vlr_video_encoder"), Mapping))
         files["README.md"] = str(card)
     return files
