@@ -116,6 +116,8 @@ def test_the_folder_holds_the_tower_its_config_and_its_processor(chain):
     for name in REMOTE:
         code = (chain["export"] / name).read_text()
         assert "import vlr_plugins" not in code and "from vlr_plugins" not in code and "import timm" not in code and "from timm" not in code
+    card = (chain["export"] / "README.md").read_text()
+    assert "model.get_video_features(**clips)" in card and "not in this\nexport" not in card
     # the tower's weights, 1:1 under video_model.
     from safetensors.torch import load_file
 
@@ -190,3 +192,17 @@ def test_video_files_decoded_by_transformers_give_the_torchcodec_rows(chain, wit
         pytest.skip(torchcodec_missing())
     # transformers decodes files with torchcodec: the rows of `vlr precompute --backend torchcodec`
     same_rows(torch.tensor(without_vlr_plugins["files"]).float(), rows(chain, "torchcodec"))
+
+
+def test_the_cards_use_snippets_run_and_retrieve_with_both_towers(chain, monkeypatch):
+    import re
+
+    card = (chain["export"] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", card, flags=re.S)
+    assert len(blocks) == 2 and 'from_pretrained("export"' in blocks[0]  # the repo id defaults to the folder's name
+    monkeypatch.chdir(chain["root"])  # where "export" is the exported folder
+    scope = {"frames": decoded(chain)[0]}  # the decoded frames the card's text asks for
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the card we wrote
+    assert scope["text_emb"].shape == (1, 16) and scope["scores"].shape == (1, 1)
+    same_rows(scope["video_emb"], rows(chain)[:1])
