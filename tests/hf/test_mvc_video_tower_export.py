@@ -108,15 +108,15 @@ def test_every_recorded_tower_exports_with_its_precompute_rows(options, videos, 
     assert (got.norm(dim=-1) - 1).abs().max() < 1e-5 if tower.normalize else (got.norm(dim=-1) - 1).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("frames", [4, 16])
-def test_the_processor_makes_precomputes_clips_from_the_same_frames(frames, videos, tmp_path):
+@pytest.mark.parametrize("frames, size", [(4, 32), (16, 24)])
+def test_the_processor_makes_precomputes_clips_from_the_same_frames(frames, size, videos, tmp_path):
     from vlr_plugins.hf.mvc_video import video_processor_for
 
-    config = {**BASE, "num_frames": frames, "image_size": 24}
+    config = {**BASE, "num_frames": frames, "image_size": size}
     processor = video_processor_for(config)
     processor.save_pretrained(tmp_path)
     back = AutoVideoProcessor.from_pretrained(tmp_path)
-    transform = video_transform(False, 24, CLIP_MEAN, CLIP_STD)  # what vlr precompute applies
+    transform = video_transform(False, size, CLIP_MEAN, CLIP_STD)  # what vlr precompute applies
     decoded = [read_frames(videos / f"{name}.mkv") for name in sorted(VIDEOS)]
     want = torch.stack([transform(f[frame_indices(len(f), frames, "middle")]) for f in decoded])
     for p in (processor, back):
