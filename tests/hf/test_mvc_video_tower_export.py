@@ -159,6 +159,9 @@ def test_wrong_clips_and_mismatched_towers_are_refused(tiny_encoder, tiny_tokeni
         model.get_video_features(torch.zeros(1, 4, 3, 24, 24))
     with pytest.raises(TypeError, match="video_tower= is for a DualCLSTextEncoder"):
         export_text_encoder(tiny_encoder, tmp_path / "blip", video_tower=tower)
+    with pytest.raises(TypeError, match="cannot export a Linear video tower: the export restates SpaceTimeViT"):
+        export_text_encoder(encoder, tmp_path / "linear", video_tower=torch.nn.Linear(2, 2))
+    assert not (tmp_path / "blip").exists() and not (tmp_path / "linear").exists()
     video_config = model.config.video_config
     with pytest.raises(ValueError, match="the video tower embeds in 16 dims but the texts in 8"):
         VlrDualCLSTextEncoderConfig(embed_dim=8, video_width=WIDTH, video_config=video_config)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ARCHITECTURE_KEYS", "FRAME_SAMPLINGS", "VIDEO_TOWER_TYPES", "check_video_config"]
+__all__ = ["ARCHITECTURE_KEYS", "FRAME_SAMPLINGS", "VIDEO_TOWER_TYPES", "check_video_config", "video_config_of"]
 
 #: the vlr-plugins towers an export restates (``video_config['type']``)
 VIDEO_TOWER_TYPES = ("SpaceTimeViT",)
@@ -70,3 +70,14 @@ def check_video_config(video_config: Any) -> dict[str, Any]:
         if not isinstance(values, (list, tuple)) or len(values) != 3:
             raise ValueError(f"video_config[{key!r}] must be 3 numbers (R, G, B), found {values!r}")
     return {**video_config, "frame_sampling": sampling}
+
+
+def video_config_of(tower: Any) -> dict[str, Any]:
+    """The ``video_config`` of a vlr-plugins video tower (its ``to_config()``, evaluated fields only)."""
+    to_config = getattr(tower, "to_config", None)
+    recorded = to_config() if callable(to_config) else {}
+    kind = recorded.get("type", type(tower).__name__)
+    if kind not in VIDEO_TOWER_TYPES:
+        raise TypeError(f"cannot export a {kind} video tower: the export restates {', '.join(VIDEO_TOWER_TYPES)} "
+                        "(the tower `vlr train mvc` trains)")
+    return {"type": kind, **{k: recorded[k] for k in ARCHITECTURE_KEYS if k in recorded}, "frame_sampling": "middle"}

@@ -24,7 +24,7 @@ from transformers import BertModel
 from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 from .configuration_vlr_dual_cls import VlrDualCLSTextEncoderConfig
-from .configuration_vlr_video import ARCHITECTURE_KEYS, VIDEO_TOWER_TYPES
+from .configuration_vlr_video import video_config_of
 from .modeling_vlr import VlrRetrievalPreTrainedModel, VlrTextEncoderOutput
 from .modeling_vlr_video import VlrSpaceTimeViT
 
@@ -280,7 +280,7 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
             config_fields["default_max_tokens"] = encoder.max_tokens
         text_config = {k: v for k, v in bert.config.to_dict().items()
                        if k not in ("transformers_version", "_name_or_path", "architectures", "dtype")}
-        video_config = None if video_tower is None else _video_config_of(video_tower)
+        video_config = None if video_tower is None else video_config_of(video_tower)
         config = cls.config_class(text_config=text_config, embed_dim=text_proj.out_features,
                                   num_fusion_layers=len(encoder.crossattention), video_width=encoder.video_width,
                                   dual_cls=encoder.dual_cls, views=list(encoder.views), video_config=video_config,
@@ -295,15 +295,4 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
             raise ValueError(f"{type(encoder).__name__} does not match {cls.__name__}: missing "
                              f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}")
         return model.eval()
-
-
-def _video_config_of(tower: nn.Module) -> dict[str, Any]:
-    """The ``video_config`` of a vlr-plugins video tower (its ``to_config()``, evaluated fields only)."""
-    to_config = getattr(tower, "to_config", None)
-    recorded = to_config() if callable(to_config) else {}
-    kind = recorded.get("type", type(tower).__name__)
-    if kind not in VIDEO_TOWER_TYPES:
-        raise TypeError(f"cannot export a {kind} video tower: the export restates {', '.join(VIDEO_TOWER_TYPES)} "
-                        "(the tower `vlr train mvc` trains)")
-    return {"type": kind, **{k: recorded[k] for k in ARCHITECTURE_KEYS if k in recorded}, "frame_sampling": "middle"}
 
