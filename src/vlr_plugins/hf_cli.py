@@ -49,6 +49,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval,
                        license=args.license)
     encoder = load_checked_text_encoder(args.checkpoint, "CHECKPOINT")
+    tower = None
+    if "vlr_video_encoder" in meta and type(encoder).__name__ == "DualCLSTextEncoder":  # an MVC run
+        from vlr_plugins.hf.mvc_video import checkpoint_video_tower
+
+        tower = checkpoint_video_tower(parse_model_spec(args.checkpoint, "text").text, encoder)
     tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.checkpoint)
     towers = _image_side(args, meta, encoder)
     if "image_embedding_space" in towers:
@@ -58,8 +63,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         print("no recipe recorded with this model: no model card written", file=sys.stderr)
     out = export_text_encoder(encoder, args.out, tokenizer=tokenizer, recipe=meta.get("vlr_recipe"),
                               remote_code=not args.no_remote_code, overwrite=args.overwrite, extra_files=extra,
-                              **towers)
-    print(f"exported to {out}" + (" (with model card)" if "README.md" in extra else ""))
+                              video_tower=tower, **towers)
+    print(f"exported to {out}" + (" (with its video tower and video processor)" if tower is not None else "")
+          + (" (with model card)" if "README.md" in extra else ""))
     return 0
 
 

@@ -135,6 +135,17 @@ def test_a_video_text_pretraining_card_says_both_towers_were_trained(name):
     assert card.data.eval_results[0].task_type == "video-text-retrieval"
 
 
+def test_a_card_with_the_video_tower_bundled_retrieves_videos():
+    recipe = load_recipe("mvc/mvc_b").to_dict()
+    text = str(build_model_card(recipe, model_name="mvc-b", repo_id="me/mvc-b", video_tower=True))
+    assert "The export carries both" in text and "not in this\nexport" not in text
+    assert 'AutoVideoProcessor.from_pretrained("me/mvc-b", trust_remote_code=True)' in text
+    assert "video_emb = model.get_video_features(**clips)" in text and "text_emb @ video_emb.T" in text
+    # an image-text recipe has no video tower to show, whatever the flag says
+    assert "get_video_features" not in str(build_model_card(load_recipe("paragraph/c5").to_dict(), model_name="c5",
+                                                            video_tower=True))
+
+
 def test_an_image_text_card_keeps_its_wording():
     text = str(build_model_card(load_recipe("paragraph/c5").to_dict(), model_name="c5"))
     assert "frozen, precomputed" in text and "Paragraph is Worth" in text and "Multi-View" not in text

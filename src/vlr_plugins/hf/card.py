@@ -102,6 +102,7 @@ def build_model_card(
     template: str = "text_encoder.md",
     image_tower: bool = False,
     image_encoder: str | None = None,
+    video_tower: bool = False,
 ):
     """A ``huggingface_hub.ModelCard`` for a model trained with ``recipe`` (``Recipe.to_dict()``).
 
@@ -113,6 +114,8 @@ def build_model_card(
     each recall becomes an ``EvalResult`` in the card's ``model-index``.
     ``image_tower``: the export bundles its frozen image side (the "Use" section retrieves with
     both towers); else ``image_encoder`` names the encoder that made its image embeddings.
+    ``video_tower``: the export bundles the video tower trained with the text encoder (an MVC
+    export): the card's "Use" retrieves videos with it.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -148,6 +151,7 @@ def build_model_card(
         video=video,
         image_tower=image_tower,
         image_encoder=image_encoder,
+        video_tower=video and video_tower,
         embed_dim=embed_dim if embed_dim is not None else "D",
         default_max_tokens=max(budgets.values()),
         budgets_line=", ".join(f"{k} {v}" for k, v in budgets.items()),
@@ -231,6 +235,7 @@ def card_files(
                                 architecture=_architecture(encoder),
                                 image_space=_space_line(image_side),
                                 image_tower=bool((image_side or {}).get("model")),
-                                image_encoder=(image_side or {}).get("encoder"))
+                                image_encoder=(image_side or {}).get("encoder"),
+                                video_tower=isinstance(meta.get("vlr_video_encoder"), Mapping))
         files["README.md"] = str(card)
     return files

@@ -1,8 +1,8 @@
 """Configuration of the dual-CLS member of the vlr retrieval family (MVC's granularity-aware text encoder).
 
 This file is copied beside exported weights (``register_for_auto_class``) and imported
-where vlr-plugins is not installed, so it imports only ``transformers`` and
-``.configuration_vlr``.
+where vlr-plugins is not installed, so it imports only ``transformers``,
+``.configuration_vlr`` and ``.configuration_vlr_video``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from transformers import BertConfig
 
 from .configuration_vlr import VlrRetrievalConfig
+from .configuration_vlr_video import check_video_config
 
 __all__ = ["VlrDualCLSTextEncoderConfig"]
 
@@ -30,6 +31,10 @@ class VlrDualCLSTextEncoderConfig(VlrRetrievalConfig):
         dual_cls: one CLS per view (``True``) or one CLS for every view (the single-CLS baseline).
         views: the view names, in ``view_ids`` order.
         default_view: the view of a text when a caller names none.
+        video_config: the trained video tower (``configuration_vlr_video``: its architecture,
+            ``num_frames``, ``image_size``, ``image_mean`` / ``image_std``, ``frame_sampling``),
+            or ``None`` for a text-only model. Its embeddings live in the texts' space
+            (its ``embed_dim`` is the texts').
         **kwargs: the shared fields of :class:`VlrRetrievalConfig`.
 
     ``default_max_tokens`` falls back to BERT's positions when neither it nor a budget is given.
@@ -47,6 +52,7 @@ class VlrDualCLSTextEncoderConfig(VlrRetrievalConfig):
         dual_cls: bool = True,
         views: list[str] | tuple[str, ...] = ("summary", "detailed"),
         default_view: str | None = None,
+        video_config: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if text_config is None:
@@ -75,10 +81,21 @@ class VlrDualCLSTextEncoderConfig(VlrRetrievalConfig):
         self.dual_cls = bool(dual_cls)
         self.views = views
         self.default_view = default_view
+        if video_config is not None:
+            video_config = check_video_config(video_config)
+        self.video_config = video_config
         # the MLM head's decoder is the word embeddings (transformers 5 ties by this flag)
         kwargs.setdefault("tie_word_embeddings", True)
         super().__init__(**kwargs)
         self._check_budgets_fit(self.max_positions)
+        if video_config is not None:
+            video_dim = video_config.get("embed_dim") or video_config["width"]
+            if video_dim != self.embed_dim:
+                raise ValueError(f"the video tower embeds in {video_dim} dims but the texts in {self.embed_dim} "
+                                 "(embed_dim): they must share one space")
+            if video_config["width"] != video_width:
+                raise ValueError(f"the video tower's tokens are {video_config['width']} wide but the fusion layers "
+                                 f"read {video_width}-wide tokens (video_width)")
 
     @property
     def max_positions(self) -> int:

@@ -132,6 +132,7 @@ def export_text_encoder(
     extra_files: Mapping[str, str | bytes] | None = None,
     image_side: Any = None,
     image_processor: Any = None,
+    video_tower: torch.nn.Module | None = None,
     sentence_transformers: bool = True,
 ) -> Path:
     """Write ``out_dir``: a folder ``AutoModel.from_pretrained`` loads, with or without vlr-plugins.
@@ -172,6 +173,12 @@ def export_text_encoder(
     that make the folder a sentence-transformers model
     (:mod:`vlr_plugins.hf.sentence_transformers_towers`).
 
+    ``video_tower``: the video tower trained with a ``DualCLSTextEncoder`` (MVC), bundled as
+    the model's ``video_model`` (``config.video_config``, ``get_video_features``) with its
+    video processor (``video_preprocessor_config.json``, ``video_processing_vlr.py``); a
+    checkpoint that records one (``meta['vlr_video_encoder']``) brings it along by itself
+    (:func:`vlr_plugins.hf.mvc_video.checkpoint_video_tower`).
+
     Example::
 
         >>> recipe = load_recipe("paragraph/c5")  # doctest: +SKIP
@@ -192,6 +199,10 @@ def export_text_encoder(
         else:
             text_encoder_meta(spec.text)  # one error naming the file, not torch.load's traceback
             encoder = load_text_encoder(spec.text)
+            if video_tower is None and type(encoder).__name__ == "DualCLSTextEncoder":
+                from vlr_plugins.hf.mvc_video import checkpoint_video_tower
+
+                video_tower = checkpoint_video_tower(spec.text, encoder)
     elif isinstance(encoder_or_checkpoint, torch.nn.Module):
         encoder = encoder_or_checkpoint
     else:
@@ -208,7 +219,7 @@ def export_text_encoder(
                   if model_cls.vlr_image_space_from_pretrained else None)
     space = (dict(image_embedding_space) if image_embedding_space is not None
              else _image_space(pretrained, embed_dim))
-    towers = {}
+    towers: dict[str, Any] = {}
     if image_side is not None:
         if not model_cls.vlr_image_space_from_pretrained:
             raise TypeError(f"a {type(encoder).__name__} export bundles no image side")
@@ -216,6 +227,10 @@ def export_text_encoder(
         image_processor = image_processor if image_processor is not None else getattr(image_side, "processor", None)
         if image_processor is None or not hasattr(image_processor, "save_pretrained"):
             raise TypeError("an image side needs its image processor (image_processor=, e.g. a BlipImageProcessor)")
+    if video_tower is not None:
+        if model_cls.vlr_encoder_type != "DualCLSTextEncoder":
+            raise TypeError(f"video_tower= is for a DualCLSTextEncoder (MVC), not a {model_cls.vlr_encoder_type}")
+        towers["video_tower"] = video_tower
     model = model_cls.from_vlr_encoder(encoder, token_budgets=budgets, image_embedding_space=space,
                                        recipe=recipe_name, vlr_plugins_version=vlr_plugins.__version__, **towers)
 
@@ -231,6 +246,10 @@ def export_text_encoder(
     with staged_dir(out_dir) as tmp:
         with _registered_for_auto_class(model) if remote_code else contextlib.nullcontext():
             model.save_pretrained(tmp)
+        if getattr(model.config, "video_config", None) is not None:
+            from vlr_plugins.hf.mvc_video import save_video_processor
+
+            save_video_processor(model.config.video_config, tmp, remote_code=remote_code)
         tok.save_pretrained(tmp)
         if image_side is not None:
             from transformers import BlipProcessor

@@ -42,3 +42,17 @@ def register_auto_classes() -> None:
                              f"{config_cls.__qualname__} under it")
         AutoConfig.register(name, config_cls, exist_ok=True)
         AutoModel.register(config_cls, model_cls, exist_ok=True)
+    _register_video_processor()
+
+
+def _register_video_processor() -> None:
+    # an MVC export's video_preprocessor_config.json names VlrVideoProcessor; registered, it
+    # loads with AutoVideoProcessor without trust_remote_code (needs torchvision and a
+    # transformers with video processors: without them only the remote code loads it)
+    try:
+        from transformers import AutoVideoProcessor
+
+        from vlr_plugins.hf.video_processing_vlr import VlrVideoProcessor
+    except ImportError:
+        return
+    AutoVideoProcessor.register(VlrDualCLSTextEncoderConfig, VlrVideoProcessor, exist_ok=True)

@@ -4,7 +4,9 @@ Texts of a caption view (``summary``, ``detailed``) -> ``normalize(text_proj(sta
 view's CLS))``, the CLS embedding replacing ``[CLS]``'s at position 0 and only the text
 layers run; the fusion layers (cross-attention to video tokens) and the MLM head come
 along for video-text matching and masked language modelling. Weights map 1:1 to
-vlr-plugins' ``DualCLSTextEncoder``.
+vlr-plugins' ``DualCLSTextEncoder``. An MVC export also holds the video tower trained with
+it (``config.video_config``, ``video_model``: :mod:`.modeling_vlr_video`), so
+``get_video_features`` embeds clips into the texts' space.
 
 This file is copied beside exported weights (``register_for_auto_class``) and imported
 where vlr-plugins is not installed: it imports only ``torch``, ``transformers`` and the
@@ -22,7 +24,16 @@ from transformers import BertModel
 from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 from .configuration_vlr_dual_cls import VlrDualCLSTextEncoderConfig
+from .configuration_vlr_video import video_config_of
 from .modeling_vlr import VlrRetrievalPreTrainedModel, VlrTextEncoderOutput
+from .modeling_vlr_video import VlrSpaceTimeViT
+
+try:  # transformers 5 loads into empty tensors and re-initialises what the weights do not hold
+    from transformers.initialization import copy_ as _init_copy
+except ImportError:  # transformers 4
+    def _init_copy(tensor: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return tensor.copy_(value)
 
 __all__ = ["VlrDualCLSTextEncoderModel"]
 
@@ -76,6 +87,11 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
     ``fuse(text_hidden, text_mask, video_tokens, video_mask)`` runs the fusion layers
     and ``mlm_logits(hidden)`` the tied MLM head, as vlr-plugins' ``DualCLSTextEncoder``.
 
+    With ``config.video_config`` (an MVC export) the trained video tower comes along as
+    ``video_model``: ``get_video_features(pixel_values_videos)`` -> (B, embed_dim), the rows
+    ``vlr precompute --encoder vlr:CHECKPOINT`` writes; the folder's ``VlrVideoProcessor``
+    (``AutoVideoProcessor``) makes ``pixel_values_videos`` from raw frames.
+
     Example::
 
         >>> model = AutoModel.from_pretrained(folder, trust_remote_code=True)  # doctest: +SKIP
@@ -83,6 +99,9 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
         >>> batch = tok(texts, truncation=True, max_length=model.config.max_tokens_for(), padding=True,
         ...             return_tensors="pt")  # doctest: +SKIP
         >>> emb = model.encode_text(**batch, view="detailed")  # (N, embed_dim), unit norm  # doctest: +SKIP
+        >>> processor = AutoVideoProcessor.from_pretrained(folder, trust_remote_code=True)  # doctest: +SKIP
+        >>> clips = processor(videos=[frames], return_tensors="pt")  # frames: (T, H, W, 3) uint8  # doctest: +SKIP
+        >>> scores = emb @ model.get_video_features(**clips).T  # doctest: +SKIP
     """
 
     config_class = VlrDualCLSTextEncoderConfig
@@ -105,7 +124,39 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
         self.cls_embeddings = nn.Parameter(torch.zeros(len(config.views) if config.dual_cls else 1,
                                                        bert.hidden_size))
         self.text_proj = nn.Linear(bert.hidden_size, config.embed_dim)
+        self.video_model = VlrSpaceTimeViT(config.video_config) if config.video_config is not None else None
         self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, VlrSpaceTimeViT) and module.pos_embed_kind == "sincos":
+            # fixed tables, not weights: a loaded model rebuilds them from the config
+            video, image = module.position_tables()
+            _init_copy(module.pos_video, video)
+            _init_copy(module.pos_image, image)
+
+    def _video(self) -> VlrSpaceTimeViT:
+        if self.video_model is None:
+            raise ValueError("this model has no video tower (config.video_config is None): it was exported from a "
+                             "text encoder alone")
+        return self.video_model
+
+    def get_video_features(self, pixel_values_videos: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """pixel_values_videos (B, num_frames, 3, S, S), sampled and normalised by the folder's video
+        processor -> (B, embed_dim) in the texts' space (unit norm when ``video_config['normalize']``)."""
+        if kwargs:
+            raise TypeError(f"get_video_features got unexpected arguments: {', '.join(sorted(kwargs))}")
+        tower = self._video()
+        return tower(pixel_values_videos.to(tower.patch_embed.weight.dtype))[0]
+
+    def encode_video(self, pixel_values_videos: torch.Tensor) -> torch.Tensor:
+        """Same as :meth:`get_video_features`."""
+        return self.get_video_features(pixel_values_videos)
+
+    def video_tokens(self, pixel_values_videos: torch.Tensor) -> torch.Tensor:
+        """(B, num_frames, 3, S, S) -> the tower's output tokens (B, N, video_width), what :meth:`fuse` attends to."""
+        tower = self._video()
+        return tower(pixel_values_videos.to(tower.patch_embed.weight.dtype))[1]
 
     def get_input_embeddings(self) -> nn.Module:
         return self.bert.get_input_embeddings()
@@ -204,15 +255,19 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
         return self.mlm_head(hidden)
 
     @classmethod
-    def from_vlr_encoder(cls, encoder: nn.Module, **config_fields: Any) -> VlrDualCLSTextEncoderModel:
+    def from_vlr_encoder(cls, encoder: nn.Module, video_tower: nn.Module | None = None,
+                         **config_fields: Any) -> VlrDualCLSTextEncoderModel:
         """This model with the weights of vlr-plugins' ``DualCLSTextEncoder`` ``encoder``, copied exactly.
+
+        ``video_tower``: the ``SpaceTimeViT`` trained with it (MVC), whose evaluated
+        architecture becomes ``config.video_config`` and whose weights ``video_model``'s.
 
         ``config_fields`` are the shared fields of :class:`VlrRetrievalConfig`
         (``token_budgets``, ``image_embedding_space``, ...); ``default_max_tokens`` defaults
         to the encoder's truncation (``max_tokens``) when no budget is given. The result is
         in eval mode, in the encoder's dtype.
         """
-        taken = ("text_config", "embed_dim", "num_fusion_layers", "video_width", "dual_cls", "views")
+        taken = ("text_config", "embed_dim", "num_fusion_layers", "video_width", "dual_cls", "views", "video_config")
         for key in taken:
             if key in config_fields:
                 raise TypeError(f"{key} comes from the encoder; do not pass it to from_vlr_encoder")
@@ -225,13 +280,19 @@ class VlrDualCLSTextEncoderModel(VlrRetrievalPreTrainedModel):
             config_fields["default_max_tokens"] = encoder.max_tokens
         text_config = {k: v for k, v in bert.config.to_dict().items()
                        if k not in ("transformers_version", "_name_or_path", "architectures", "dtype")}
+        video_config = None if video_tower is None else video_config_of(video_tower)
         config = cls.config_class(text_config=text_config, embed_dim=text_proj.out_features,
                                   num_fusion_layers=len(encoder.crossattention), video_width=encoder.video_width,
-                                  dual_cls=encoder.dual_cls, views=list(encoder.views), **config_fields)
+                                  dual_cls=encoder.dual_cls, views=list(encoder.views), video_config=video_config,
+                                  **config_fields)
         model = cls(config).to(dtype=text_proj.weight.dtype)
-        result = model.load_state_dict(encoder.state_dict(), strict=False)
+        state = dict(encoder.state_dict())
+        if video_tower is not None:
+            state.update({f"video_model.{k}": v for k, v in video_tower.state_dict().items()})
+        result = model.load_state_dict(state, strict=False)
         missing = [k for k in result.missing_keys if not k.endswith(("position_ids", "token_type_ids"))]
         if missing or result.unexpected_keys:
             raise ValueError(f"{type(encoder).__name__} does not match {cls.__name__}: missing "
                              f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}")
         return model.eval()
+
