@@ -51,3 +51,17 @@ def blip_export(root: Path, *, image_side: bool = False) -> Path:
         towers["image_side"] = BlipImageEncoder(save_tiny_blip(root / "blip"))
     return export_text_encoder(encoder, root / "blip-export", token_budgets={"caption": 12, "paragraph": 20},
                                recipe="C5", **towers)
+
+
+def mvc_export(root: Path) -> Path:
+    """``vlr export`` of a tiny MVC checkpoint (dual-CLS text encoder + its trained SpaceTimeViT, 4 frames)."""
+    from _tiny_mvc import save_checkpoint, text_encoder, trained_tower
+
+    from vlr_plugins.hf import export_text_encoder
+    from vlr_plugins.text import build_wordpiece_tokenizer
+
+    tok = build_wordpiece_tokenizer(WORDS)
+    tok.save_pretrained(root / "tokenizer")
+    tower = trained_tower()
+    ckpt = save_checkpoint(root / "epoch_1.pth", text_encoder(tok, root / "tokenizer", tower.width), tower)
+    return export_text_encoder(ckpt, root / "mvc-export")

@@ -6,7 +6,6 @@ and on a video shorter than the clip."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -22,12 +21,10 @@ from transformers import AutoModel, AutoVideoProcessor  # noqa: E402
 from vlr_plugins.cli import main  # noqa: E402
 from vlr_plugins.data.video import CLIP_MEAN, CLIP_STD, frame_indices, read_frames, video_transform  # noqa: E402
 from vlr_plugins.hf import export_text_encoder  # noqa: E402
-from vlr_plugins.text import DualCLSTextEncoder  # noqa: E402
-from vlr_plugins.vision import SpaceTimeViT  # noqa: E402
 
-WIDTH, EMBED = 24, 16
-BASE = dict(num_frames=4, image_size=32, patch_size=16, tubelet_size=2, width=WIDTH, depth=2, num_heads=2,
-            embed_dim=EMBED, token_drop_ratio=0.1, image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))
+# the tiny towers, text encoders and checkpoints of an MVC run: tests/_support/_tiny_mvc.py
+from _tiny_mvc import BASE, EMBED, VIDEOS, WIDTH, save_checkpoint, text_encoder, trained_tower  # noqa: E402
+
 TOWERS = {
     "sincos": {},
     "learned positions, layer scale, no final norm": dict(pos_embed="learned", init_values=0.1, final_norm=False),
@@ -35,38 +32,6 @@ TOWERS = {
                                                           pool_norm=True, pool_norm_eps=1e-5, normalize=False),
     "no projection": dict(embed_dim=None, width=EMBED, num_heads=2),
 }
-# (height, width, frames): 48 x 53 resizes to 32 x 35, whose centre crop starts at round(1.5) = 2
-# (transformers' own crop would start at int(1.5) = 1); a portrait clip; one shorter than 4 frames
-VIDEOS = {"wide": (48, 53, 40), "tall": (64, 48, 30), "short": (48, 64, 3)}
-
-
-def text_encoder(tokenizer, tokenizer_dir, video_width: int) -> DualCLSTextEncoder:
-    bert = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                intermediate_size=64, max_position_embeddings=96, initializer_range=0.5,
-                pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    return DualCLSTextEncoder(config=bert, embed_dim=EMBED, num_fusion_layers=1, video_width=video_width,
-                              max_tokens=64, tokenizer=str(tokenizer_dir)).eval()
-
-
-def trained_tower(**options) -> SpaceTimeViT:
-    """A tower of ``BASE`` + ``options`` whose every weight moved off its initial value."""
-    torch.manual_seed(1)
-    tower = SpaceTimeViT(**{**BASE, **options})
-    with torch.no_grad():
-        for p in tower.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return tower.eval()
-
-
-def save_checkpoint(path, encoder, tower, *, video_meta=None, video_state=None) -> str:
-    """The layout WeightsOnlyCheckpointHook writes for an MVC run."""
-    meta = {"vlr_text_encoder": encoder.to_config(),
-            "vlr_video_encoder": json.loads(json.dumps(tower.to_config())) if video_meta is None else video_meta}
-    state = {f"text_encoder.{k}": v for k, v in encoder.state_dict().items()}
-    state.update({f"video_encoder.{k}": v for k, v in (video_state or tower.state_dict()).items()})
-    torch.save({"meta": meta, "state_dict": state}, path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +138,27 @@ def test_wrong_clips_and_mismatched_towers_are_refused(tiny_encoder, tiny_tokeni
     with pytest.raises(ValueError, match=r"unknown keys \['token_drop_ratio'\]"):
         VlrDualCLSTextEncoderConfig(embed_dim=EMBED, video_width=WIDTH,
                                     video_config={**video_config, "token_drop_ratio": 0.1})
+
+
+def test_sentence_transformers_encodes_texts_and_videos_as_the_model(videos, tiny_tokenizer, tiny_tokenizer_dir,
+                                                                     tmp_path):
+    """``SentenceTransformer(folder)``: texts through the tokenizer at the default budget, videos (every
+    decoded frame) through the folder's processor (``processing_vlr.VlrVideoTextProcessor``)."""
+    st = pytest.importorskip("sentence_transformers", minversion="6.0")
+    from transformers import AutoProcessor
+
+    tower = trained_tower()
+    encoder = text_encoder(tiny_tokenizer, tiny_tokenizer_dir, tower.width)
+    out = export_text_encoder(save_checkpoint(tmp_path / "epoch_1.pth", encoder, tower), tmp_path / "export")
+    model = AutoModel.from_pretrained(out, trust_remote_code=True).eval()
+    processor = AutoProcessor.from_pretrained(out, trust_remote_code=True)
+    texts = ["a red car near the beach", "an old man rides a horse"]
+    frames = [read_frames(videos / f"{name}.mkv") for name in sorted(VIDEOS)]
+    with torch.no_grad():
+        batch = processor(text=texts, truncation=True, max_length=model.config.max_tokens_for(), padding=True,
+                          return_tensors="pt")
+        text = model.get_text_features(batch["input_ids"], batch["attention_mask"])
+        video = model.get_video_features(**processor(videos=frames, return_tensors="pt"))
+    sentence = st.SentenceTransformer(str(out), trust_remote_code=True, device="cpu")
+    torch.testing.assert_close(sentence.encode(texts, convert_to_tensor=True), text, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sentence.encode(frames, convert_to_tensor=True), video, rtol=0, atol=1e-6)

@@ -102,6 +102,11 @@ class VlrDualCLSTextEncoderConfig(VlrRetrievalConfig):
         return self.text_config.max_position_embeddings
 
     @property
+    def has_video_tower(self) -> bool:
+        """Whether the model embeds videos itself (``get_video_features``)."""
+        return self.video_config is not None
+
+    @property
     def num_text_layers(self) -> int:
         """BERT layers that make the text embedding (the rest are fusion layers)."""
         return self.text_config.num_hidden_layers - self.num_fusion_layers

@@ -16,7 +16,7 @@ from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import ConfigError, OutputExistsError, loading_pretrained
 from vlr_plugins.hf.family import FAMILY
 
-__all__ = ["check_export_target", "export_text_encoder"]
+__all__ = ["check_export_target", "export_text_encoder", "registered_for_auto_class"]
 
 #: files that would need unpickling to load; an export must never contain one
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -73,10 +73,10 @@ def _load_tokenizer(tokenizer: Any, encoder: torch.nn.Module) -> Any:
 
 
 @contextlib.contextmanager
-def _registered_for_auto_class(model: torch.nn.Module) -> Iterator[None]:
-    """``register_for_auto_class`` for the length of one save: it is class state, and a save
-    with ``remote_code=False`` (or any other save in this process) must not write code."""
-    classes = ((type(model.config), "AutoConfig"), (type(model), "AutoModel"))
+def registered_for_auto_class(*classes: tuple[type, str]) -> Iterator[None]:
+    """``cls.register_for_auto_class(auto)`` for each ``(cls, auto)`` for the length of one save:
+    it is class state, and a save with ``remote_code=False`` (or any other save in this
+    process) must not write code."""
     before = [(cls, cls.__dict__.get("_auto_class")) for cls, _ in classes]
     try:
         for cls, auto in classes:
@@ -244,13 +244,14 @@ def export_text_encoder(
         tok.model_max_length = positions
 
     with staged_dir(out_dir) as tmp:
-        with _registered_for_auto_class(model) if remote_code else contextlib.nullcontext():
+        code = ((type(model.config), "AutoConfig"), (type(model), "AutoModel")) if remote_code else ()
+        with registered_for_auto_class(*code):
             model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
         if getattr(model.config, "video_config", None) is not None:
             from vlr_plugins.hf.mvc_video import save_video_processor
 
-            save_video_processor(model.config.video_config, tmp, remote_code=remote_code)
-        tok.save_pretrained(tmp)
+            save_video_processor(model.config.video_config, tmp, remote_code=remote_code, tokenizer=tok)
         if image_side is not None:
             from transformers import BlipProcessor
 

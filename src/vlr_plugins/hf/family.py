@@ -50,9 +50,11 @@ def _register_video_processor() -> None:
     # loads with AutoVideoProcessor without trust_remote_code (needs torchvision and a
     # transformers with video processors: without them only the remote code loads it)
     try:
-        from transformers import AutoVideoProcessor
+        from transformers import AutoProcessor, AutoVideoProcessor
 
+        from vlr_plugins.hf.processing_vlr import VlrVideoTextProcessor
         from vlr_plugins.hf.video_processing_vlr import VlrVideoProcessor
     except ImportError:
         return
     AutoVideoProcessor.register(VlrDualCLSTextEncoderConfig, VlrVideoProcessor, exist_ok=True)
+    AutoProcessor.register(VlrDualCLSTextEncoderConfig, VlrVideoTextProcessor, exist_ok=True)

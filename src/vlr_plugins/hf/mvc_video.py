@@ -91,22 +91,21 @@ def video_processor_for(video_config: dict[str, Any]) -> Any:
         image_std=[float(v) for v in video_config["image_std"]])
 
 
-def save_video_processor(video_config: dict[str, Any], folder: str | os.PathLike, *, remote_code: bool) -> None:
+def save_video_processor(video_config: dict[str, Any], folder: str | os.PathLike, *, remote_code: bool,
+                         tokenizer: Any = None) -> None:
     """Write :func:`video_processor_for` ``video_config`` into ``folder``
     (``video_preprocessor_config.json``; with ``remote_code`` also ``video_processing_vlr.py``
-    and the ``auto_map`` that lets ``AutoVideoProcessor`` load it without vlr-plugins)."""
-    import contextlib
+    and the ``auto_map`` that lets ``AutoVideoProcessor`` load it without vlr-plugins).
+
+    With ``tokenizer``, also the pair as one ``AutoProcessor`` (``processor_config.json``,
+    ``processing_vlr.VlrVideoTextProcessor``), which sentence-transformers loads."""
+    from vlr_plugins.hf.export import registered_for_auto_class
+    from vlr_plugins.hf.processing_vlr import VlrVideoTextProcessor
 
     processor = video_processor_for(video_config)
-    cls = type(processor)
-    before = cls.__dict__.get("_auto_class")
-    try:
-        if remote_code:
-            cls.register_for_auto_class("AutoVideoProcessor")
-        processor.save_pretrained(folder)
-    finally:  # class state: a later save without remote code must not write code
-        if before is None:
-            with contextlib.suppress(AttributeError):
-                delattr(cls, "_auto_class")
-        else:
-            cls._auto_class = before
+    pair = VlrVideoTextProcessor(video_processor=processor, tokenizer=tokenizer) if tokenizer is not None else None
+    code = [(type(processor), "AutoVideoProcessor")] + ([(VlrVideoTextProcessor, "AutoProcessor")] if pair else [])
+    with registered_for_auto_class(*(code if remote_code else ())):
+        processor.save_pretrained(folder)  # video_preprocessor_config.json: AutoVideoProcessor reads only it
+        if pair is not None:
+            pair.save_pretrained(folder)

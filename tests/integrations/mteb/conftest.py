@@ -32,6 +32,15 @@ def blip_two_tower_export(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mvc_export(tmp_path_factory):
+    pytest.importorskip("timm")
+    pytest.importorskip("torchvision")
+    import _mteb_exports
+
+    return _mteb_exports.mvc_export(tmp_path_factory.mktemp("mteb-mvc"))
+
+
+@pytest.fixture(scope="session")
 def eol_base(tmp_path_factory):
     pytest.importorskip("torchvision")  # Qwen2-VL's video processor
     from _tiny_mllm import save_tiny_qwen2vl

@@ -205,3 +205,30 @@ def test_eol_export_images_and_videos(eol_export, eol_embedder, tmp_path):
         assert got["recall_at_1"] == pytest.approx(vlr["t2i_r1"] / 100, abs=ROUNDING), category
         assert got["ndcg_at_10"] == pytest.approx(brute_ndcg_at_10(text_emb @ reference.T, relevant),
                                                   abs=ROUNDING), category
+
+
+def test_mvc_export_text_to_video_and_back(mvc_export, tmp_path):
+    """The MVC export's two towers: clips decoded by MTEB's datasets, sampled by the export's rule
+    (``middle``, 4 frames) and made into pixels by its video processor, as ``vlr precompute`` does."""
+    pytest.importorskip("torchcodec")
+    from transformers import AutoModel, AutoProcessor
+
+    from vlr_plugins.data.video import read_frames
+
+    clips = [_write_random_clip(tmp_path / f"clip{i}.mkv", seed=10 + i, frames=9 + i) for i in range(5)]
+    texts = captions(5)
+    model = AutoModel.from_pretrained(mvc_export, trust_remote_code=True).eval()
+    processor = AutoProcessor.from_pretrained(mvc_export, trust_remote_code=True)
+    with torch.no_grad():
+        video_emb = model.get_video_features(**processor(videos=[read_frames(c) for c in clips], return_tensors="pt"))
+        batch = processor(text=texts, truncation=True, max_length=model.config.max_tokens_for(), padding=True,
+                          return_tensors="pt")
+        text_emb = model.get_text_features(batch["input_ids"], batch["attention_mask"])
+    encoder = VlrExportEncoder(folder=mvc_export, device="cpu")
+    assert encoder.mteb_model_meta.modalities == ["text", "video"]
+    t2v = local_task("VlrLocalMvcT2V", "t2v", {"text": texts}, {"video": clips}, {q: [q // 2] for q in range(10)})
+    v2t = local_task("VlrLocalMvcV2T", "v2t", {"video": clips}, {"text": texts},
+                     {i: [2 * i, 2 * i + 1] for i in range(5)})
+    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": 2})
+               for task in (t2v, v2t)]
+    check_against_vlr_eval(*results, video_emb, text_emb)

@@ -2,16 +2,16 @@
 
 One class per export kind (:func:`load_towers` picks it from the folder). Each gives
 unit-norm float32 rows on the CPU, and says which modalities it has: a tower the export
-does not carry (a text-only BLIP export's images, MVC's videos before the video tower is
-bundled) raises :class:`MissingTowerError` naming the export and what to do.
+does not carry (a text-only BLIP export's images, the videos of an MVC export whose run
+trained no video tower) raises :class:`MissingTowerError` naming the export and what to do.
 
 * ``blip`` (``vlr_blip_text_encoder``): ``get_text_features`` of texts tokenized with
   ``truncation=True, max_length=config.max_tokens_for(view)``; images through the folder's
   image processor (``AutoImageProcessor``) and ``get_image_features(pixel_values)``.
 * ``dual_cls`` (``vlr_dual_cls_text_encoder``): ``encode_text(..., view=)``; videos as
   ``get_video_features(pixel_values_videos)`` of (B, T, 3, H, W) clips made by the folder's
-  ``AutoVideoProcessor``, or else by the ``video_config`` block of ``config.json``
-  (``num_frames``, ``strategy``, ``size``, ``mean``, ``std``, ``eval_resize``).
+  ``AutoVideoProcessor`` (``VlrVideoProcessor``), frames sampled by ``config.video_config``'s
+  ``num_frames`` and ``frame_sampling``, as ``vlr precompute`` samples them.
 * ``eol`` (CaRe, E5-V): ``VlrEOLEmbeddingModel.encode_text`` / ``encode_image`` / ``encode_video``.
 * ``open_clip``: ``encode_image`` / ``encode_text`` of ``create_model_from_pretrained("local-dir:...")``.
 """
@@ -145,38 +145,31 @@ class DualCLSTowers(_FamilyTowers):
         video = dict(getattr(self.model.config, "video_config", None) or {})
         self.video_config = video
         self.num_frames = int(video.get("num_frames") or 16)
-        self.frame_strategy = str(video.get("strategy") or video.get("sampler") or "middle")
+        self.frame_strategy = str(video.get("frame_sampling") or "middle")  # as vlr precompute samples
 
     def _text_kwargs(self) -> dict[str, Any]:
         return {"view": self.view}
 
     def has(self, modality: str) -> bool:
-        return modality == "text" or (modality == "video" and callable(getattr(self.model, "get_video_features", None)))
+        return modality == "text" or (modality == "video" and bool(getattr(self.model.config, "has_video_tower", False)))
 
     def _video_inputs(self, clips: Sequence[torch.Tensor]) -> torch.Tensor:
         if not hasattr(self, "_processor"):
-            try:
-                from transformers import AutoVideoProcessor
+            from transformers import AutoVideoProcessor
 
+            try:  # the export's VlrVideoProcessor (registered by vlr_plugins.hf)
                 self._processor = AutoVideoProcessor.from_pretrained(self.export.path)
-            except (ImportError, OSError, ValueError):
-                self._processor = None
-        if self._processor is not None:
-            return self._processor(videos=list(clips), return_tensors="pt")["pixel_values_videos"]
-        cfg = self.video_config
-        if not cfg.get("size") and not cfg.get("image_size"):
-            raise self.missing("video", "no video processor in the folder and no video_config size in config.json")
-        from vlr_plugins.data.video.transforms import CLIP_MEAN, CLIP_STD, video_transform
-
-        transform = video_transform(False, int(cfg.get("size") or cfg["image_size"]), cfg.get("mean") or CLIP_MEAN,
-                                    cfg.get("std") or CLIP_STD, eval_resize=cfg.get("eval_resize", "center_crop"))
-        return torch.stack([transform(c.permute(0, 2, 3, 1).contiguous()) for c in clips])
+            except (OSError, ValueError) as e:
+                raise self.missing("video", f"no video processor in the folder (video_preprocessor_config.json: "
+                                            f"{e}); export it again") from None
+        # the frames are sampled already (the encoder's collator): the processor only transforms them
+        return self._processor(videos=list(clips), do_sample_frames=False, return_tensors="pt")["pixel_values_videos"]
 
     @torch.no_grad()
     def video(self, clips: Sequence[torch.Tensor]) -> torch.Tensor:
         if not self.has("video"):
-            raise self.missing("video", "a text-encoder export: its model has no get_video_features; export it "
-                                        "again with the video tower bundled")
+            raise self.missing("video", "a text-encoder export: its model has no video tower (config.video_config); "
+                                        "export it again from a checkpoint of a run that trained one")
         pixels = self._video_inputs(clips)
         return _unit(self.model.get_video_features(pixel_values_videos=pixels.to(self.device, self.model.dtype)))
 
