@@ -199,10 +199,11 @@ def test_the_cards_use_snippets_run_and_retrieve_with_both_towers(chain, monkeyp
 
     card = (chain["export"] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", card, flags=re.S)
-    assert len(blocks) == 2 and 'from_pretrained("export"' in blocks[0]  # the repo id defaults to the folder's name
+    assert len(blocks) == 3 and 'from_pretrained("export"' in blocks[0] and "SentenceTransformer" in blocks[2]  # the repo id defaults to the folder's name
     monkeypatch.chdir(chain["root"])  # where "export" is the exported folder
     scope = {"frames": decoded(chain)[0]}  # the decoded frames the card's text asks for
     for block in blocks:
         exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the card we wrote
     assert scope["text_emb"].shape == (1, 16) and scope["scores"].shape == (1, 1)
     same_rows(scope["video_emb"], rows(chain)[:1])
+    torch.testing.assert_close(scope["st_scores"], scope["scores"], rtol=0, atol=1e-6)  # sentence-transformers
