@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vlr_plugins._io import staged_dir
+from vlr_plugins.hf._auto_class import registered_for_auto_class
 from vlr_plugins.data.text_views import TextView
 from vlr_plugins.errors import ConfigError, OutputExistsError, loading_pretrained
 from vlr_plugins.hf.family import FAMILY
 
-__all__ = ["check_export_target", "export_text_encoder", "registered_for_auto_class"]
+__all__ = ["check_export_target", "export_text_encoder"]
 
 #: files that would need unpickling to load; an export must never contain one
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -70,25 +70,6 @@ def _load_tokenizer(tokenizer: Any, encoder: torch.nn.Module) -> Any:
         raise TypeError("tokenizer must be a transformers tokenizer or its folder, "
                         f"found {type(tokenizer).__name__}")
     return tokenizer
-
-
-@contextlib.contextmanager
-def registered_for_auto_class(*classes: tuple[type, str]) -> Iterator[None]:
-    """``cls.register_for_auto_class(auto)`` for each ``(cls, auto)`` for the length of one save:
-    it is class state, and a save with ``remote_code=False`` (or any other save in this
-    process) must not write code."""
-    before = [(cls, cls.__dict__.get("_auto_class")) for cls, _ in classes]
-    try:
-        for cls, auto in classes:
-            cls.register_for_auto_class(auto)
-        yield
-    finally:
-        for cls, value in before:
-            if value is None:
-                with contextlib.suppress(AttributeError):
-                    delattr(cls, "_auto_class")
-            else:
-                cls._auto_class = value
 
 
 def check_export_target(out_dir: str | os.PathLike, *, overwrite: bool = False,

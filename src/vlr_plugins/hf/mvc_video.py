@@ -99,7 +99,7 @@ def save_video_processor(video_config: dict[str, Any], folder: str | os.PathLike
 
     With ``tokenizer``, also the pair as one ``AutoProcessor`` (``processor_config.json``,
     ``processing_vlr.VlrVideoTextProcessor``), which sentence-transformers loads."""
-    from vlr_plugins.hf.export import registered_for_auto_class
+    from vlr_plugins.hf._auto_class import registered_for_auto_class
     from vlr_plugins.hf.processing_vlr import VlrVideoTextProcessor
 
     processor = video_processor_for(video_config)
