@@ -224,11 +224,13 @@ def test_lavis_export_writes_a_text_encoder_that_vlr_export_rebuilds(built, tmp_
     shared = os.environ.get("VLR_LAVIS_ARTIFACTS")
     out = Path(shared) / "c5-text.pth" if shared else tmp_path / "c5-text.pth"
     assert main(["lavis-export", "--cfg-path", "lavis/c5", "--checkpoint", trained, "--out", str(out),
-                 "--options", *opts]) == 0
+                 "--image-embeddings", tiny_world["image_embeddings"], "--options", *opts]) == 0
 
     encoder = load_text_encoder(out)
     meta = torch.load(out, weights_only=True)["meta"]
     assert meta["vlr_recipe"]["name"] == "C5" and meta["vlr_recipe"]["loss"]["type"] == "MultiPositiveInfoNCELoss"
+    # the store it trained against, from which `vlr export` takes the image side to bundle
+    assert meta["vlr_recipe"]["data"]["image_embeddings"] == os.path.abspath(tiny_world["image_embeddings"])
     # the card's loss line: the model's loss object as configured, defaults included
     assert meta["vlr_loss"] == json.loads(json.dumps({"type": "MultiPositiveInfoNCELoss",
                                                       **model.loss_fn.get_config_dict()}))
