@@ -14,6 +14,7 @@ from vlr_plugins.eval.protocols import (
     protocol_entries,
     token_budgets,
 )
+from vlr_plugins.eval.rank_metrics import RANK_METRICS, rank_metrics
 from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias
@@ -21,6 +22,7 @@ from vlr_plugins.eval.tables import fill_table, list_tables, plot_table, table_m
 from vlr_plugins.eval.truncation import TRUNCATION_BUDGETS, plot_truncation, truncation_sweep
 
 __all__ = [
+    "RANK_METRICS",
     "TRUNCATION_BUDGETS",
     "BenchmarkProtocol",
     "BenchmarkSpec",
@@ -36,6 +38,7 @@ __all__ = [
     "list_tables",
     "load_benchmark_specs",
     "match_reranker",
+    "rank_metrics",
     "pareto_frontier",
     "pareto_summary",
     "plot_pareto",

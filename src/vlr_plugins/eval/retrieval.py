@@ -22,6 +22,8 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
+from vlr_plugins.eval.rank_metrics import parse_rank_metric
+from vlr_plugins.eval.rank_metrics import rank_metrics as _rank_metrics
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -45,6 +47,7 @@ def retrieval_recall(
     rerank_k: int = 128,
     rerank_batch: int = 64,
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    rank_metrics: Sequence[str] = (),
 ) -> dict:
     """Recall@k (percent) in both directions, streamed in bounded memory.
 
@@ -87,6 +90,11 @@ def retrieval_recall(
     scored on its own, ``chunk_size`` queries (default: from ``max_chunk_bytes``) against
     the whole gallery at a time, in float32 whatever ``precision``.
 
+    ``rank_metrics``: also ``mdr``, ``mnr`` and ``mrr@k`` of the best positive in both
+    directions (``i2t_mdr``, ``t2i_mrr@10``, ...; :mod:`vlr_plugins.eval.rank_metrics`),
+    read from the same exact ranks. In ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)``
+    are exact, so MdR, MnR and MRR@k with k > max(ks) are refused there.
+
     Ties: a candidate with the same score as the positive ranks ahead of it only if its
     gallery index is lower, so results are the same on every run and device.
     """
@@ -107,6 +115,11 @@ def retrieval_recall(
         raise ValueError(f"precision must be one of {sorted(_PRECISIONS)}, found {precision!r}")
     if rerank is not None and (rerank_k < 1 or rerank_batch < 1):
         raise ValueError(f"rerank_k and rerank_batch must be >= 1, found {rerank_k} and {rerank_batch}")
+    for name in rank_metrics:
+        kind, k = parse_rank_metric(name)
+        if precision != "fp32" and (k is None or k > max(ks)):
+            raise ValueError(f"rank metric {name!r} needs ranks beyond max(ks) = {max(ks)}, which precision="
+                             f"{precision!r} does not make exact; use precision='fp32'")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
@@ -126,6 +139,8 @@ def retrieval_recall(
         for k in ks:  # from integer counts, so that e.g. 89 hits of 300 give 100 * 89 / 300 exactly
             out[f"{name}_r{k}"] = 100.0 * int((ranks < k).sum()) / len(ranks)
         out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
+        out.update({f"{name}_{metric}": value for metric, value in _rank_metrics(ranks.cpu(), rank_metrics).items()}
+                   if rank_metrics else {})
     out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
     if return_ranks:
         out["i2t_ranks"], out["t2i_ranks"] = i2t.cpu(), t2i.cpu()

@@ -53,10 +53,13 @@ def captions(count: int) -> list[str]:
 def check_against_vlr_eval(result_t2x, result_x2t, items: torch.Tensor, texts: torch.Tensor) -> None:
     """MTEB's scores of text->item (one positive: the owner) and item->text (two positives)."""
     owner = torch.arange(len(texts)) // 2
-    vlr = retrieval_recall(items, texts, owner, ks=(1, 5, 10))
+    vlr = retrieval_recall(items, texts, owner, ks=(1, 5, 10), rank_metrics=("mrr@10",))
     got = scores_of(result_t2x)
     for k in (1, 5, 10):
         assert got[f"recall_at_{k}"] == pytest.approx(vlr[f"t2i_r{k}"] / 100, abs=ROUNDING), k
+    # MRR@10 of the best positive: MTEB's reciprocal rank of the first relevant document, both directions
+    assert got["mrr_at_10"] == pytest.approx(vlr["t2i_mrr@10"], abs=ROUNDING)
+    assert scores_of(result_x2t)["mrr_at_10"] == pytest.approx(vlr["i2t_mrr@10"], abs=ROUNDING)
     assert 0 < got["recall_at_10"] and got["recall_at_1"] < 1  # a ranking, neither empty nor trivial
     t2x = {q: [q // 2] for q in range(len(texts))}
     x2t = {i: [2 * i, 2 * i + 1] for i in range(len(items))}
