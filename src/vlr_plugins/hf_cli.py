@@ -22,7 +22,7 @@ __all__ = ["add_export_cli", "add_push_cli", "cmd_export", "cmd_push"]
 def cmd_export(args: argparse.Namespace) -> int:
     from vlr_plugins._io import check_output_dir
     from vlr_plugins.hf import check_export_target, export_text_encoder
-    from vlr_plugins.hf.card import card_files
+    from vlr_plugins.hf.card import card_files, merge_eval_results
     from vlr_plugins.hf.eol_export_command import is_model_folder, run_eol_export
 
     spec = parse_model_spec(args.checkpoint, "text")
@@ -45,9 +45,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "OUT", replaced_whole=True)
     check_export_target(args.out, overwrite=args.overwrite, flag="--overwrite")
     meta = text_encoder_meta(args.checkpoint)
-    name = args.name or os.path.basename(os.path.normpath(args.out))
-    extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval,
-                       license=args.license)
+    merge_eval_results(args.eval)
     encoder = load_checked_text_encoder(args.checkpoint, "CHECKPOINT")
     tower = None
     if "vlr_video_encoder" in meta and type(encoder).__name__ == "DualCLSTextEncoder":  # an MVC run
@@ -56,9 +54,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         tower = checkpoint_video_tower(parse_model_spec(args.checkpoint, "text").text, encoder)
     tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.checkpoint)
     towers = _image_side(args, meta, encoder)
-    if "image_embedding_space" in towers:
-        extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval, license=args.license,
-                           image_side=towers["image_embedding_space"])
+    name = args.name or os.path.basename(os.path.normpath(args.out))
+    extra = card_files(meta, model_name=name, repo_id=args.repo_id, eval_paths=args.eval, license=args.license,
+                       image_side=towers.get("image_embedding_space"))
     if "README.md" not in extra:
         print("no recipe recorded with this model: no model card written", file=sys.stderr)
     out = export_text_encoder(encoder, args.out, tokenizer=tokenizer, recipe=meta.get("vlr_recipe"),

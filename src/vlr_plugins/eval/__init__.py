@@ -14,7 +14,7 @@ from vlr_plugins.eval.protocols import (
     protocol_entries,
     token_budgets,
 )
-from vlr_plugins.eval.rank_metrics import RANK_METRICS, rank_metrics
+from vlr_plugins.eval.best_rank_metrics import RANK_METRICS, rank_metrics
 from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias

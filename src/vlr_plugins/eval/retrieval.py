@@ -22,8 +22,8 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
-from vlr_plugins.eval.rank_metrics import parse_rank_metric
-from vlr_plugins.eval.rank_metrics import rank_metrics as _rank_metrics
+from vlr_plugins.eval.best_rank_metrics import parse_rank_metric
+from vlr_plugins.eval.best_rank_metrics import rank_metrics as _rank_metrics
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -91,7 +91,7 @@ def retrieval_recall(
     the whole gallery at a time, in float32 whatever ``precision``.
 
     ``rank_metrics``: also ``mdr``, ``mnr`` and ``mrr@k`` of the best positive in both
-    directions (``i2t_mdr``, ``t2i_mrr@10``, ...; :mod:`vlr_plugins.eval.rank_metrics`),
+    directions (``i2t_mdr``, ``t2i_mrr@10``, ...; :mod:`vlr_plugins.eval.best_rank_metrics`),
     read from the same exact ranks. In ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)``
     are exact, so MdR, MnR and MRR@k with k > max(ks) are refused there.
 
