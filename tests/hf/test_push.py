@@ -323,10 +323,9 @@ def test_an_open_clip_export_arrives_byte_identical(hub, tmp_path):
 
     from vlr_plugins.cli import main
 
-    config = {"embed_dim": 16,
-              "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-              "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
-    (tmp_path / "vlr-push-tiny.json").write_text(json.dumps(config))
+    from _tiny_towers import TINY_OPEN_CLIP
+
+    (tmp_path / "vlr-push-tiny.json").write_text(json.dumps(TINY_OPEN_CLIP))
     open_clip.add_model_config(tmp_path / "vlr-push-tiny.json")
     torch.save({"state_dict": open_clip.create_model("vlr-push-tiny").state_dict()}, tmp_path / "epoch_1.pt")
     folder = tmp_path / "tiny-clip"

@@ -68,6 +68,20 @@ def check_against_vlr_eval(result_t2x, result_x2t, items: torch.Tensor, texts: t
                                                                  abs=ROUNDING)
 
 
+def score_both_ways(encoder, name: str, modality: str, items: list, item_emb: torch.Tensor, texts: list,
+                    text_emb: torch.Tensor, batch_size: int = 4) -> None:
+    """MTEB's scores of texts -> items (two captions per item) and items -> texts, checked against
+    ``vlr eval``'s engine and a brute-force nDCG (:func:`check_against_vlr_eval`)."""
+    short = {"image": "I", "video": "V"}[modality]
+    forward = local_task(f"VlrLocal{name}T2{short}", f"t2{short.lower()}", {"text": texts}, {modality: items},
+                         {q: [q // 2] for q in range(len(texts))})
+    backward = local_task(f"VlrLocal{name}{short}2T", f"{short.lower()}2t", {modality: items}, {"text": texts},
+                          {i: [2 * i, 2 * i + 1] for i in range(len(items))})
+    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False,
+                             encode_kwargs={"batch_size": batch_size}) for task in (forward, backward)]
+    check_against_vlr_eval(*results, item_emb, text_emb)
+
+
 def test_open_clip_export_text_to_image_and_back(open_clip_export):
     import open_clip
 
@@ -87,12 +101,7 @@ def test_open_clip_export_text_to_image_and_back(open_clip_export):
     assert meta.similarity_fn_name.value == "cosine" and meta.revision.startswith("local-")
     again = meta.load_model(device="cpu")  # MTEB's own way back from the metadata to the model
     assert isinstance(again, VlrExportEncoder) and again.mteb_model_meta.revision == meta.revision
-    t2i = local_task("VlrLocalT2I", "t2i", {"text": texts}, {"image": images}, {q: [q // 2] for q in range(20)})
-    i2t = local_task("VlrLocalI2T", "i2t", {"image": images}, {"text": texts},
-                     {i: [2 * i, 2 * i + 1] for i in range(10)})
-    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": 4})
-               for task in (t2i, i2t)]
-    check_against_vlr_eval(*results, image_emb, text_emb)
+    score_both_ways(encoder, "", "image", images, image_emb, texts, text_emb)
 
 
 def test_blip_export_texts_truncated_at_its_budget(blip_export):
@@ -156,13 +165,7 @@ def test_blip_export_with_its_image_side_text_to_image_and_back(blip_two_tower_e
                                               if k != "token_type_ids"})
     encoder = VlrExportEncoder(folder=folder, device="cpu")
     assert encoder.mteb_model_meta.modalities == ["text", "image"]
-    t2i = local_task("VlrLocalBlipBothT2I", "t2i", {"text": texts}, {"image": images},
-                     {q: [q // 2] for q in range(20)})
-    i2t = local_task("VlrLocalBlipBothI2T", "i2t", {"image": images}, {"text": texts},
-                     {i: [2 * i, 2 * i + 1] for i in range(10)})
-    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": 4})
-               for task in (t2i, i2t)]
-    check_against_vlr_eval(*results, image_emb, text_emb)
+    score_both_ways(encoder, "BlipBoth", "image", images, image_emb, texts, text_emb)
 
 
 def _write_random_clip(path, seed: int, frames: int = 12, side: int = 56) -> str:
@@ -229,9 +232,4 @@ def test_mvc_export_text_to_video_and_back(mvc_export, tmp_path):
         text_emb = model.get_text_features(batch["input_ids"], batch["attention_mask"])
     encoder = VlrExportEncoder(folder=mvc_export, device="cpu")
     assert encoder.mteb_model_meta.modalities == ["text", "video"]
-    t2v = local_task("VlrLocalMvcT2V", "t2v", {"text": texts}, {"video": clips}, {q: [q // 2] for q in range(10)})
-    v2t = local_task("VlrLocalMvcV2T", "v2t", {"video": clips}, {"text": texts},
-                     {i: [2 * i, 2 * i + 1] for i in range(5)})
-    results = [mteb.evaluate(encoder, task, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": 2})
-               for task in (t2v, v2t)]
-    check_against_vlr_eval(*results, video_emb, text_emb)
+    score_both_ways(encoder, "Mvc", "video", clips, video_emb, texts, text_emb, batch_size=2)
