@@ -13,7 +13,6 @@ names no store. A ``store.pth`` row is a checkpoint whose recipe trained against
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from _blip_world import paragraph_checkpoint, save_tiny_blip
@@ -46,8 +45,16 @@ def _store_ckpt(path, places):
     paragraph_checkpoint(path, _ENCODER[0], f"{places['tmp']}/store")
 
 
-def _index(dim: int, encoder: str = "blip:x") -> str:
-    return json.dumps({"count": 0, "dim": dim, "dtype": "float32", "shards": [], "meta": {"encoder": encoder}})
+def _store(dim: int, encoder: str = "blip:x"):
+    """A real store (``vlr precompute``'s format) of one ``dim``-d row whose encoder is ``encoder``."""
+    def write(path, places):
+        import torch
+
+        from vlr_plugins.data import EmbeddingStoreWriter
+
+        with EmbeddingStoreWriter(path, dim, meta={"encoder": fill(encoder, places)}) as writer:
+            writer.add(["a"], torch.nn.functional.normalize(torch.ones(1, dim), dim=-1))
+    return write
 
 
 CASES = [
@@ -62,12 +69,12 @@ CASES = [
     ("--image-encoder with --text-only", {}, ["{ckpt}", "--image-encoder", "blip:{blip}", "--text-only"],
      ["--image-encoder", "--text-only"]),
     ("store: embeddings of another size than the text encoder's",
-     {"store.pth": _store_ckpt, "store/index.json": _index(8)}, ["{tmp}/store.pth"],
+     {"store.pth": _store_ckpt, "store": _store(8)}, ["{tmp}/store.pth"],
      ["{tmp}/store/index.json", "8-d", "16 dimensions"]),
     ("store: index.json that is not JSON", {"store.pth": _store_ckpt, "store/index.json": "{"},
      ["{tmp}/store.pth"], ["{tmp}/store/index.json"]),
     ("store: records a BLIP model that is not here", {"store.pth": _store_ckpt,
-                                                      "store/index.json": _index(16, "blip:{tmp}/gone")},
+                                                      "store": _store(16, "blip:{tmp}/gone")},
      ["{tmp}/store.pth"], ["{tmp}/gone"]),
     ("--text-only: an open_clip checkpoint carries its own image side", {},
      ["open_clip:ViT-B-32:{tmp}/x.pt", "--text-only"], ["--text-only"]),

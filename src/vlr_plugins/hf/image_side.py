@@ -70,25 +70,18 @@ def _blip_target(spec: str, *, bare: bool = True) -> str | None:
     return spec if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not os.path.exists(spec) else None
 
 
-def _store_record(recipe: Any) -> tuple[str | None, dict[str, Any] | None]:
-    """(the store folder the recipe trained against, its ``index.json``) or ``(folder, None)``
-    when it is not here; ``(None, None)`` when the recipe names none."""
-    import json
+def _store_record(recipe: Any) -> tuple[str | None, Any]:
+    """(the store folder the recipe trained against, its :class:`~vlr_plugins.data.EmbeddingStore`)
+    or ``(folder, None)`` when it is not here; ``(None, None)`` when the recipe names none."""
+    from vlr_plugins.data import EmbeddingStore
 
     data = recipe.get("data") if isinstance(recipe, dict) else None
     store = data.get("image_embeddings") if isinstance(data, dict) else None
     if not isinstance(store, str) or not store:
         return None, None
-    index = Path(store) / "index.json"
-    if not index.is_file():
+    if not (Path(store) / "index.json").is_file():
         return store, None
-    try:
-        record = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataFormatError(index, f"not the index.json `vlr precompute` writes ({e})") from None
-    if not isinstance(record, dict):
-        raise DataFormatError(index, "not the index.json `vlr precompute` writes (not a JSON object)")
-    return store, record
+    return store, EmbeddingStore(store)  # its index.json read and checked as every reader does
 
 
 def find_image_side(meta: dict[str, Any], text_encoder: Any, *, image_encoder: str | None = None,
@@ -102,10 +95,10 @@ def find_image_side(meta: dict[str, Any], text_encoder: Any, *, image_encoder: s
     """
     dim = int(text_encoder.embed_dim)
     store, record = _store_record(meta.get("vlr_recipe"))
-    store_meta = (record or {}).get("meta") if isinstance((record or {}).get("meta"), dict) else {}
-    recorded = store_meta.get("encoder") if isinstance(store_meta.get("encoder"), str) else None
-    if record is not None and record.get("dim") not in (None, dim):
-        raise DataFormatError(Path(store) / "index.json", f"the store holds {record.get('dim')}-d image embeddings, "
+    recorded = record.meta.get("encoder") if record is not None else None
+    recorded = recorded if isinstance(recorded, str) else None
+    if record is not None and record.dim != dim:
+        raise DataFormatError(Path(store) / "index.json", f"the store holds {record.dim}-d image embeddings, "
                               f"but the text encoder embeds into {dim} dimensions: it was not trained against "
                               "this store", field="dim")
     space: dict[str, Any] = {"dim": dim, "normalized": True}
