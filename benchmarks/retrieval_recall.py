@@ -55,6 +55,8 @@ import subprocess
 import sys
 import time
 
+from _machine import cpu_description, describe
+
 D = 256
 COCO_5K = (5_000, 25_000)
 PEER_SIZE = (10_000, 50_000)
@@ -177,6 +179,28 @@ def run_engine_interleaved(items, texts, owner):
     return run_engine(items, texts, interleaved(owner))
 
 
+#: the rank metrics of the best positive (read from the same ranks) and those graded over
+#: every positive (every text ranked in its item's row as well)
+BEST_RANK_METRICS = ("mdr", "mnr", "mrr@10")
+GRADED_METRICS = ("map@10", "ndcg@10")
+
+
+def run_engine_ranks(items, texts, owner):
+    from vlr_plugins.eval import retrieval_recall
+
+    return retrieval_recall(items, texts, owner, ks=KS, rank_metrics=BEST_RANK_METRICS)
+
+
+def run_engine_graded(items, texts, owner):
+    from vlr_plugins.eval import retrieval_recall
+
+    return retrieval_recall(items, texts, owner, ks=KS, rank_metrics=BEST_RANK_METRICS + GRADED_METRICS)
+
+
+def run_engine_graded_interleaved(items, texts, owner):
+    return run_engine_graded(items, texts, interleaved(owner))
+
+
 def run_peer(items, texts, owner, batch_size=64):
     """CLIP_benchmark's retrieval metric, reproduced (not imported) from
     LAION-AI/CLIP_benchmark clip_benchmark/metrics/zeroshot_retrieval.py (``evaluate``,
@@ -265,6 +289,7 @@ def child(method: str, n: int, m: int, inner: int) -> None:
     record = {"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base), "threads": torch.get_num_threads()}
     if isinstance(result, dict):
         record["recall"] = {f"{d}_r{k}": float(result[f"{d}_r{k}"]) for d in ("i2t", "t2i") for k in KS}
+        record["metrics"] = {k: float(v) for k, v in result.items() if not k.endswith("ranks")}
     print(json.dumps(record))
 
 
@@ -390,6 +415,8 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
 
 
 ALTERNATED = ("floor", "chunk", "floor_workers", "engine", "engine_interleaved")
+#: the engine with rank metrics (``--methods chunk,engine,engine_ranks,engine_graded``)
+RANK_METHODS = ("engine_ranks", "engine_graded", "engine_graded_interleaved")
 #: the bare multiplies: the floor is the fastest of those measured
 BARE_MULTIPLIES = ("floor", "chunk", "floor_workers")
 
@@ -420,7 +447,7 @@ def cpu_table(plan) -> list[dict]:
         runs = {}
         for round_ in range(rounds):
             for method in alternated + (once if round_ == 0 else ()):
-                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED else 1
+                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED + RANK_METHODS else 1
                 runs.setdefault(method, []).append(measure(method, n, m, inner))
         median = {method: statistics.median(r["seconds"] for r in results) for method, results in runs.items()}
         multiplies = [median[k] for k in BARE_MULTIPLIES if k in median]
@@ -431,28 +458,44 @@ def cpu_table(plan) -> list[dict]:
                       "over_chunk": median[method] / median["chunk"] if "chunk" in median else None,
                       "over_floor": median[method] / median["floor"] if "floor" in median else None,
                       "over_fastest": median[method] / fastest if fastest else None,
+                      "over_engine": median[method] / median["engine"] if "engine" in median else None,
                       "peak_extra_mib": max(r["extra_bytes"] for r in results) / 2**20,
                       "load": statistics.median(r["load"] for r in results),
                       "threads": results[0]["threads"]}
             if "recall" in results[0]:
                 record["recall"] = results[0]["recall"]
+                record["metrics"] = results[0]["metrics"]
             records.append(record)
     return records
 
 
 def print_cpu_table(records: list[dict]) -> None:
-    print(f"\n{os.cpu_count()} CPU cores, torch threads {records[0]['threads']}, D = {D}, float32; "
+    print(f"\n{describe()}, torch threads {records[0]['threads']}, D = {D}, float32; "
           "medians over alternated rounds\n")
     print("| items x texts | method | runs | median wall time (s) | best (s) | median / chunk | median / floor "
-          "| median / fastest multiply | peak extra memory (MiB) | load avg (median) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| median / fastest multiply | median / engine | peak extra memory (MiB) | load avg (median) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in records:
         print(f"| {r['items']:,} x {r['texts']:,} | {r['method']} | {r['runs']} | {r['median_s']:.2f} | "
               f"{r['best_s']:.2f} | {'-' if r['over_chunk'] is None else format(r['over_chunk'], '.2f')} | "
               f"{'-' if r['over_floor'] is None else format(r['over_floor'], '.2f')} | "
-              f"{'-' if r['over_fastest'] is None else format(r['over_fastest'], '.2f')} | {r['peak_extra_mib']:,.1f} | "
+              f"{'-' if r['over_fastest'] is None else format(r['over_fastest'], '.2f')} | "
+              f"{'-' if r['over_engine'] is None else format(r['over_engine'], '.2f')} | {r['peak_extra_mib']:,.1f} | "
               f"{r['load']:.1f} |")
     print_peer(records)
+    print_rank_metrics(records)
+
+
+def print_rank_metrics(records: list[dict]) -> None:
+    """The graded metrics of both text layouts (grouped pass, row-wise pass) must be equal."""
+    for graded in (r for r in records if r["method"] == "engine_graded"):
+        other = next((r for r in records if r["method"] == "engine_graded_interleaved"
+                      and (r["items"], r["texts"]) == (graded["items"], graded["texts"])), None)
+        values = {k: round(v, 4) for k, v in graded["metrics"].items() if "@" in k or k.endswith(("mdr", "mnr"))}
+        print(f"\nrank metrics at {graded['items']:,} x {graded['texts']:,}: {values}")
+        if other is not None:  # the layouts differ in which texts an item owns: compare each with itself
+            print(f"  interleaved layout (row-wise pair ranks): {graded['median_s']:.2f} s grouped against "
+                  f"{other['median_s']:.2f} s")
 
 
 def print_peer(records: list[dict]) -> None:
@@ -511,12 +554,13 @@ def main() -> None:
     if args.threads:
         os.environ["VLR_BENCH_THREADS"] = str(args.threads)
     methods = tuple(args.methods.split(","))
-    if not set(methods) <= set(ALTERNATED):
-        sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(ALTERNATED)}")
+    if not set(methods) <= set(ALTERNATED + RANK_METHODS):
+        sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(ALTERNATED + RANK_METHODS)}")
     records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:
-        write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "dim": D, "records": records})
+        write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "machine": cpu_description(), "dim": D,
+                               "records": records})
 
 
 def write_json(path: str, data: dict) -> None:

@@ -98,13 +98,18 @@ def test_reduced_precision_refuses_what_it_cannot_make_exact():
             retrieval_recall(items, texts, owner, precision="fp16", rank_metrics=(metric,))
 
 
-@pytest.mark.parametrize("name", ["map@10", "mrr@0", "mrr", "MdR", "mrr@-1"])
+@pytest.mark.parametrize("name", ["map@0", "mrr@0", "mrr", "MdR", "mrr@-1", "ndcg", "recall@5"])
 def test_unknown_names_are_refused_naming_the_known_ones(name):
-    with pytest.raises(ValueError, match="known: mdr, mnr, mrr@K"):
+    with pytest.raises(ValueError, match="known: mdr, mnr, mrr@K, map@K, ndcg@K"):
         rank_metrics(torch.tensor([0, 1]), [name])
     items, texts, owner = world(0)
     with pytest.raises(ValueError, match="unknown rank metric"):
         retrieval_recall(items, texts, owner, rank_metrics=(name,))
+
+
+def test_graded_metrics_need_every_positives_rank_not_the_best():
+    with pytest.raises(ValueError, match="graded over every positive"):
+        rank_metrics(torch.tensor([0, 1]), ["map@10"])
 
 
 def test_ranks_must_be_non_negative_integers():

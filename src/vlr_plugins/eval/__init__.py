@@ -14,7 +14,9 @@ from vlr_plugins.eval.protocols import (
     protocol_entries,
     token_budgets,
 )
-from vlr_plugins.eval.best_rank_metrics import RANK_METRICS, rank_metrics
+from vlr_plugins.eval.best_rank_metrics import rank_metrics
+from vlr_plugins.eval.graded_metrics import graded_rank_metrics
+from vlr_plugins.eval.metric_names import RANK_METRICS, parse_rank_metric
 from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias
@@ -34,17 +36,19 @@ __all__ = [
     "evaluate_retrieval_set",
     "evaluate_splits",
     "fill_table",
+    "graded_rank_metrics",
     "list_protocols",
     "list_tables",
     "load_benchmark_specs",
     "match_reranker",
-    "rank_metrics",
     "pareto_frontier",
     "pareto_summary",
+    "parse_rank_metric",
     "plot_pareto",
     "plot_table",
     "plot_truncation",
     "protocol_entries",
+    "rank_metrics",
     "read_benchmark",
     "rebias",
     "rerank_pairs",

@@ -14,46 +14,33 @@ alone, so they are exact wherever the ranks are and cost nothing beyond them:
   document, and for several: the first relevant one is the best positive).
 
 Metrics graded over every positive (mAP@k, nDCG@k) need the rank of each positive pair,
-not only the best one; they are not here.
+not only the best one: :mod:`~vlr_plugins.eval.graded_metrics`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["RANK_METRICS", "parse_rank_metric", "rank_metrics"]
+from vlr_plugins.eval.metric_names import GRADED, RANK_METRICS, parse_rank_metric
 
-#: the metric names :func:`rank_metrics` takes (``mrr@K`` for any K >= 1)
-RANK_METRICS = ("mdr", "mnr", "mrr@K")
-_MRR = re.compile(r"mrr@([1-9][0-9]*)")
-
-
-def parse_rank_metric(name: str) -> tuple[str, int | None]:
-    """``("mdr", None)``, ``("mnr", None)`` or ``("mrr", k)`` for ``"mrr@k"``; ``ValueError``
-    naming the known metrics otherwise."""
-    if name in ("mdr", "mnr"):
-        return name, None
-    found = _MRR.fullmatch(name)
-    if found:
-        return "mrr", int(found.group(1))
-    raise ValueError(f"unknown rank metric {name!r}; known: {', '.join(RANK_METRICS)}")
+__all__ = ["RANK_METRICS", "check_ranks", "parse_rank_metric", "rank_metrics"]
 
 
 def rank_metrics(ranks: torch.Tensor, metrics: Sequence[str]) -> dict[str, float]:
     """``{metric: value}`` of the 0-based best-positive ``ranks`` (one per query), for each of
-    ``metrics`` (:data:`RANK_METRICS`). MdR and MnR are 1-based ranks; MRR@k lies in [0, 1].
+    ``metrics`` (``mdr``, ``mnr``, ``mrr@K``). MdR and MnR are 1-based ranks; MRR@k lies in
+    [0, 1]. ``map@K`` / ``ndcg@K`` are refused: they need every positive's rank
+    (:func:`~vlr_plugins.eval.graded_metrics.graded_rank_metrics`).
 
     Example: ranks ``[0, 2, 9]`` give ``mdr`` 3.0, ``mnr`` 4.33..., ``mrr@5`` (1 + 1/3 + 0) / 3.
     """
-    if ranks.ndim != 1 or ranks.numel() == 0:
-        raise ValueError(f"expected a non-empty (Q,) tensor of ranks, found shape {tuple(ranks.shape)}")
-    if ranks.dtype.is_floating_point or ranks.dtype == torch.bool:
-        raise ValueError(f"ranks are integers (0-based), found {ranks.dtype}")
-    if int(ranks.min()) < 0:
-        raise ValueError(f"ranks are 0-based and non-negative, found {int(ranks.min())}")
+    check_ranks(ranks)
+    for name in metrics:
+        if parse_rank_metric(name)[0] in GRADED:
+            raise ValueError(f"{name!r} is graded over every positive of a query: it needs the rank of every "
+                             "positive pair (graded_rank_metrics), not the best positive's")
     one_based = ranks.to(torch.float64) + 1
     out: dict[str, float] = {}
     for name in metrics:
@@ -67,3 +54,13 @@ def rank_metrics(ranks: torch.Tensor, metrics: Sequence[str]) -> dict[str, float
         else:
             out[name] = float(torch.where(one_based <= k, 1.0 / one_based, 0.0).mean())
     return out
+
+
+def check_ranks(ranks: torch.Tensor) -> None:
+    """``ValueError`` unless ``ranks`` is a non-empty 1-D tensor of non-negative integers."""
+    if ranks.ndim != 1 or ranks.numel() == 0:
+        raise ValueError(f"expected a non-empty (Q,) tensor of ranks, found shape {tuple(ranks.shape)}")
+    if ranks.dtype.is_floating_point or ranks.dtype == torch.bool:
+        raise ValueError(f"ranks are integers (0-based), found {ranks.dtype}")
+    if int(ranks.min()) < 0:
+        raise ValueError(f"ranks are 0-based and non-negative, found {int(ranks.min())}")

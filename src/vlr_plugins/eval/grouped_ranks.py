@@ -36,6 +36,7 @@ from vlr_plugins.eval._tiles import (
     exact_matmuls,
     tile_budget,
 )
+from vlr_plugins.eval.pair_ranks import PairCounts
 from vlr_plugins.eval.row_ranks import row_ranks
 
 _INF = float("inf")
@@ -85,7 +86,8 @@ class _Worker:
     of every item, which tiles of several text blocks add to."""
 
     def __init__(self, matrix: ScoreMatrix, rows: int, cols: int, ones: torch.Tensor,
-                 ahead_of_items: torch.Tensor, ahead_of_texts: torch.Tensor) -> None:
+                 ahead_of_items: torch.Tensor, ahead_of_texts: torch.Tensor,
+                 pairs: PairCounts | None = None) -> None:
         device = matrix.device
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
@@ -93,6 +95,7 @@ class _Worker:
         self.buffers = torch.empty(2, rows * cols, device=device)
         self.ahead_of_items = torch.zeros_like(ahead_of_items)
         self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
+        self.pair_counts = pairs.worker_counts() if pairs is not None else None
         self.loaded = -1  # the text block in text_rows
 
     def load_texts(self, block: int, t0: int, t1: int) -> None:
@@ -113,11 +116,14 @@ class _Worker:
         return scores[:, :t1 - t0], work[:, :t1 - t0]
 
 
-def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False) -> tuple[torch.Tensor, ...]:
     """(N,) 0-based rank of every item's best text and (M,) of every text's owner, over the
     diagonal blocks ``bounds`` (from :func:`diagonal_blocks`); ties as in
     :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`. On CPU the tiles are shared among
-    :func:`worker_budget`'s workers (:mod:`~vlr_plugins.eval._tile_workers`)."""
+    :func:`worker_budget`'s workers (:mod:`~vlr_plugins.eval._tile_workers`).
+
+    ``pair_ranks``: also (M,) every text's rank in its owner's row, counted in the same pass
+    (:class:`~vlr_plugins.eval.pair_ranks.PairCounts`)."""
     device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
@@ -126,7 +132,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
-    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts)
+    pairs = PairCounts(matrix, bounds) if pair_ranks else None
+    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts, pairs)
                for _ in range(min(worker_budget(matrix)[0], len(items)))]
     positive_score = torch.empty(n_texts, device=device)
     best_score = torch.empty(n_items, device=device)
@@ -151,6 +158,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         redo_items[a0:a1] = ties > 1
         count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
         count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
+        if pairs is not None:
+            pairs.diagonal(block, items[block], texts[block], positive, scores, work, ones)
 
     def column_part(worker: _Worker, task: tuple[int, range]) -> None:
         """Tiles of text block ``c`` against item blocks ``rows`` (but ``c``): counts in the
@@ -168,6 +177,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
             item_threshold = (best_score if r < c else best_down)[a0:a1, None]
             count_above(scores, text_threshold, work, 0, worker.ahead_of_texts[t0:t1], ones)
             count_above(scores, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
+            if pairs is not None:
+                pairs.off_diagonal(worker.pair_counts, r, c, (a0, a1), scores, work, ones)
 
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(range(len(items)), diagonal, workers)
@@ -186,6 +197,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int]) -> tuple[torch.Tensor,
         for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
             if redo.any():
                 rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
+    if pairs is not None:
+        return (*ranks, pairs.ranks([worker.pair_counts for worker in workers]))
     return ranks
 
 

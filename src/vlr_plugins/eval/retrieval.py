@@ -22,8 +22,10 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
-from vlr_plugins.eval.best_rank_metrics import parse_rank_metric
 from vlr_plugins.eval.best_rank_metrics import rank_metrics as _rank_metrics
+from vlr_plugins.eval.graded_metrics import graded_rank_metrics
+from vlr_plugins.eval.metric_names import GRADED, parse_rank_metric
+from vlr_plugins.eval.pair_ranks import row_pair_ranks
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
 from vlr_plugins.eval.row_ranks import row_ranks
 
@@ -92,8 +94,13 @@ def retrieval_recall(
 
     ``rank_metrics``: also ``mdr``, ``mnr`` and ``mrr@k`` of the best positive in both
     directions (``i2t_mdr``, ``t2i_mrr@10``, ...; :mod:`vlr_plugins.eval.best_rank_metrics`),
-    read from the same exact ranks. In ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)``
-    are exact, so MdR, MnR and MRR@k with k > max(ks) are refused there.
+    read from the same exact ranks, and ``map@k`` / ``ndcg@k`` graded over every positive
+    (:mod:`vlr_plugins.eval.graded_metrics`): image-to-text then ranks every text in its
+    item's row (:mod:`vlr_plugins.eval.pair_ranks`): in the grouped pass one more comparison
+    per score and per text of an item (the most an item of the tile has), else one more
+    row-wise pass over the matrix; ``return_ranks`` then adds ``i2t_pair_ranks`` (M,). In
+    ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)`` are exact, so MdR, MnR and MRR@k with
+    k > max(ks), and mAP@k / nDCG@k (every positive's rank), are refused there.
 
     Ties: a candidate with the same score as the positive ranks ahead of it only if its
     gallery index is lower, so results are the same on every run and device.
@@ -115,8 +122,13 @@ def retrieval_recall(
         raise ValueError(f"precision must be one of {sorted(_PRECISIONS)}, found {precision!r}")
     if rerank is not None and (rerank_k < 1 or rerank_batch < 1):
         raise ValueError(f"rerank_k and rerank_batch must be >= 1, found {rerank_k} and {rerank_batch}")
+    graded = False
     for name in rank_metrics:
         kind, k = parse_rank_metric(name)
+        graded |= kind in GRADED
+        if precision != "fp32" and kind in GRADED:
+            raise ValueError(f"rank metric {name!r} needs the rank of every positive, which precision="
+                             f"{precision!r} does not make exact; use precision='fp32'")
         if precision != "fp32" and (k is None or k > max(ks)):
             raise ValueError(f"rank metric {name!r} needs ranks beyond max(ks) = {max(ks)}, which precision="
                              f"{precision!r} does not make exact; use precision='fp32'")
@@ -125,26 +137,52 @@ def retrieval_recall(
     device = torch.device(device) if device is not None else item_emb.device
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+    pairs = None
     if rerank is not None:
-        i2t, t2i = (row_ranks(matrix, direction, torch.arange(count, device=device), rerank, rerank_k,
-                              rerank_batch)
-                    for direction, count in (("i2t", matrix.n_items), ("t2i", matrix.n_texts)))
+        if graded:  # the best text's rank is the least of its item's texts' ranks
+            pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
+                                   device=device), rerank, rerank_k, rerank_batch)
+            i2t = _least_per_item(pairs, matrix.owner, n)
+        else:
+            i2t = row_ranks(matrix, "i2t", matrix.arange(n), rerank, rerank_k, rerank_batch)
+        t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), rerank, rerank_k, rerank_batch)
     elif precision == "fp32":
         bounds = diagonal_blocks(matrix)
-        i2t, t2i = exact_ranks(matrix) if bounds is None else grouped_ranks(matrix, bounds)
+        if bounds is not None:
+            i2t, t2i, *found = grouped_ranks(matrix, bounds, pair_ranks=graded)
+            pairs = found[0] if graded else None
+        else:
+            i2t, t2i = exact_ranks(matrix)
+            if graded:
+                pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
+                                       device=device))
     else:
         i2t, t2i = bracketed_ranks(matrix, _PRECISIONS[precision], max(ks))
+    best_names = [m for m in rank_metrics if parse_rank_metric(m)[0] not in GRADED]
+    graded_names = [m for m in rank_metrics if parse_rank_metric(m)[0] in GRADED]
     out: dict = {}
     for name, ranks in (("i2t", i2t), ("t2i", t2i)):
         for k in ks:  # from integer counts, so that e.g. 89 hits of 300 give 100 * 89 / 300 exactly
             out[f"{name}_r{k}"] = 100.0 * int((ranks < k).sum()) / len(ranks)
         out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
-        out.update({f"{name}_{metric}": value for metric, value in _rank_metrics(ranks.cpu(), rank_metrics).items()}
-                   if rank_metrics else {})
+        out.update({f"{name}_{metric}": value for metric, value in _rank_metrics(ranks.cpu(), best_names).items()}
+                   if best_names else {})
+        if graded_names:  # text-to-image: one positive per text, its pair rank is its rank
+            pair_ranks, query = (pairs, matrix.owner) if name == "i2t" else (t2i, matrix.arange(len(t2i)))
+            graded_values = graded_rank_metrics(pair_ranks.cpu(), query.cpu(), len(ranks), graded_names)
+            out.update({f"{name}_{metric}": value for metric, value in graded_values.items()})
     out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
     if return_ranks:
         out["i2t_ranks"], out["t2i_ranks"] = i2t.cpu(), t2i.cpu()
+        if pairs is not None:
+            out["i2t_pair_ranks"] = pairs.cpu()
     return out
+
+
+def _least_per_item(pair_ranks: torch.Tensor, owner: torch.Tensor, n_items: int) -> torch.Tensor:
+    """(N,) the least of each item's texts' ranks ``pair_ranks`` (M,)."""
+    least = torch.full((n_items,), pair_ranks.numel(), dtype=torch.long, device=pair_ranks.device)
+    return least.scatter_reduce_(0, owner, pair_ranks, "amin")
 
 
 from vlr_plugins.registry import METRICS

@@ -115,6 +115,15 @@ def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: 
             k: int, batch: int) -> torch.Tensor:
     """Ranks (Q,) after ``rerank`` re-orders each query's top k of ``scores`` (Q, G);
     a query whose first-stage ``rank`` (Q,) is k or more keeps it."""
+    candidates = reranked_candidates(matrix, direction, queries, scores, rerank, k, batch)
+    return torch.where(rank < k, is_positive(matrix, direction, queries, candidates).int().argmax(1), rank)
+
+
+def reranked_candidates(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: torch.Tensor,
+                        rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor], k: int,
+                        batch: int) -> torch.Tensor:
+    """(Q, k) each query's top k of ``scores`` (Q, G) in the order of ``rerank``'s scores
+    (equal scores keep their first-stage order), ``batch`` queries per call."""
     candidates = top_candidates(scores, k)
     new_scores = torch.empty(candidates.shape, device=matrix.device)
     for start in range(0, len(queries), batch):
@@ -125,9 +134,11 @@ def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: 
             raise ValueError(f"rerank({direction}) must return scores of shape "
                              f"{tuple(expected)}, found {tuple(got.shape)}")
         new_scores[start:start + batch] = got
-    candidates = candidates.gather(1, torch.argsort(-new_scores, dim=1, stable=True))
+    return candidates.gather(1, torch.argsort(-new_scores, dim=1, stable=True))
+
+
+def is_positive(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """(Q, k) whether each of ``candidates`` (Q, k) is a positive of its query (``queries`` (Q,))."""
     if direction == "i2t":
-        hit = matrix.owner[candidates] == queries[:, None]
-    else:
-        hit = candidates == matrix.owner[queries][:, None]
-    return torch.where(rank < k, hit.int().argmax(1), rank)
+        return matrix.owner[candidates] == queries[:, None]
+    return candidates == matrix.owner[queries][:, None]

@@ -1,0 +1,29 @@
+"""What machine a benchmark ran on, printed and recorded with every result (machines differ
+between runs: never compare numbers from two without it)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+
+
+def cpu_description() -> dict:
+    """``{"cpu": model name, "cores": logical CPUs, "l2": L2 size as lscpu prints it, "flags": the
+    widest SIMD the CPU has}``; what cannot be read is None."""
+    fields = {}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in out.splitlines())}
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    flags = fields.get("Flags", "").split()
+    simd = next((f for f in ("avx512f", "avx2", "avx", "sse4_2", "asimd") if f in flags), None)
+    return {"cpu": fields.get("Model name") or platform.processor() or None, "cores": os.cpu_count(),
+            "l2": fields.get("L2 cache"), "simd": simd}
+
+
+def describe() -> str:
+    """One line: ``CPU: AMD EPYC (2 cores, L2 2 MiB (2 instances), avx2)``."""
+    d = cpu_description()
+    return f"CPU: {d['cpu']} ({d['cores']} cores, L2 {d['l2']}, {d['simd']})"

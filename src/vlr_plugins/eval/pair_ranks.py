@@ -1,0 +1,139 @@
+"""The rank of every positive pair of the image-to-text direction, for the metrics graded
+over every positive (mAP@k, nDCG@k: :mod:`~vlr_plugins.eval.graded_metrics`).
+
+Text ``j`` of item ``i`` is ranked in item ``i``'s row among all texts, the item's other
+texts included, with the engine's tie rule (a text with the same score is ahead only at a
+lower index). Text-to-image needs nothing more: a text has one positive, its owner, and
+its pair rank is its rank.
+
+Two ways, both exact and bounded in memory:
+
+- :class:`PairCounts`, inside the grouped pass (:func:`~vlr_plugins.eval.grouped_ranks.grouped_ranks`):
+  every tile also counts, for each of its items' positives, the texts scoring above it:
+  one more comparison per score and per positive slot (the most texts an item of the tile
+  has), ``(1 + workers) x slots x 4`` bytes per item of bookkeeping. The thresholds come
+  from the diagonal tiles, so the tie rule holds as it does for the best positive
+  (``>`` after the item's texts, ``>=`` before them); an exact tie inside the diagonal
+  tile sends the item to the row-wise way.
+- :func:`row_pair_ranks`: queries against the whole gallery, a chunk at a time, for texts
+  in any other order, for those items, and for re-ranking (a positive among the re-ranked
+  candidates takes its place in their new order; one outside keeps its first-stage rank,
+  which is at least ``rerank_k``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+
+import torch
+
+from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
+from vlr_plugins.eval.row_ranks import (
+    _BYTES_PER_ROW_ELEM,
+    gallery_scores,
+    is_positive,
+    positive_pairs,
+    reranked_candidates,
+)
+
+__all__ = ["PairCounts", "row_pair_ranks"]
+
+_INF = float("inf")
+
+
+class PairCounts:
+    """Texts ahead of every positive pair, counted tile by tile in the grouped pass.
+
+    ``threshold[s, i]`` is item i's ``s``-th text's score (+inf past its last text, which no
+    score exceeds); ``down`` the next float below (``>=`` as ``>``). The diagonal tile of a
+    block sets its items' thresholds, counts there with ``>`` and marks an item whose
+    positive ties another text of that tile; other tiles add to a worker's own counts.
+    """
+
+    def __init__(self, matrix: ScoreMatrix, bounds: Sequence[int]) -> None:
+        self.matrix = matrix
+        per_item = matrix.first_text[1:] - matrix.first_text[:-1]
+        self.slots = int(per_item.max())
+        # texts are grouped by item here: text j is slot j - first_text[owner[j]] of its owner
+        self.slot = matrix.arange(matrix.n_texts) - matrix.first_text[matrix.owner]
+        self.block_slots = [int(per_item[a:b].max()) for a, b in pairwise(bounds)]
+        shape = (self.slots, matrix.n_items)
+        self.threshold = torch.full(shape, _INF, device=matrix.device)
+        self.down = torch.full(shape, _INF, device=matrix.device)
+        dtype = count_accumulators(matrix.n_items, matrix.n_texts, matrix.device)[0].dtype
+        self.counts = torch.zeros(shape, dtype=dtype, device=matrix.device)
+        self.redo = torch.zeros(matrix.n_items, dtype=torch.bool, device=matrix.device)
+
+    def worker_counts(self) -> torch.Tensor:
+        """A worker's own zeroed counts, added to by the tiles off the diagonal."""
+        return torch.zeros_like(self.counts)
+
+    def diagonal(self, block: int, items: tuple[int, int], texts: tuple[int, int], positive: torch.Tensor,
+                 scores: torch.Tensor, work: torch.Tensor, ones: torch.Tensor) -> None:
+        """Block ``block``'s diagonal tile ``scores`` (its items x texts) with its texts'
+        ``positive`` scores: thresholds, ties and counts of its items (only theirs)."""
+        (a0, a1), (t0, t1) = items, texts
+        threshold = self.threshold[:, a0:a1]
+        threshold[self.slot[t0:t1], self.matrix.owner[t0:t1] - a0] = positive
+        torch.nextafter(threshold, torch.tensor(-_INF, device=threshold.device), out=self.down[:, a0:a1])
+        ties = torch.zeros(a1 - a0, device=scores.device)
+        for s in range(self.block_slots[block]):
+            ties.zero_()
+            count_above(scores, threshold[s, :, None], work, 1, ties, ones, compare=torch.eq)
+            self.redo[a0:a1] |= ties > 1
+            count_above(scores, threshold[s, :, None], work, 1, self.counts[s, a0:a1], ones)
+
+    def off_diagonal(self, counts: torch.Tensor, item_block: int, text_block: int, items: tuple[int, int],
+                     scores: torch.Tensor, work: torch.Tensor, ones: torch.Tensor) -> None:
+        """Tile (item_block, text_block) off the diagonal into a worker's ``counts``: its texts
+        come after the items' own when item_block < text_block (strict), else before (>=)."""
+        a0, a1 = items
+        threshold = self.threshold if item_block < text_block else self.down
+        for s in range(self.block_slots[item_block]):
+            count_above(scores, threshold[s, a0:a1, None], work, 1, counts[s, a0:a1], ones)
+
+    def ranks(self, worker_counts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """(M,) every text's rank in its owner's row, once every tile is counted; the items
+        marked on the diagonal are ranked row-wise."""
+        total = self.counts.clone()
+        for counts in worker_counts:
+            total += counts
+        out = total[self.slot, self.matrix.owner].long()
+        if bool(self.redo.any()):
+            with exact_matmuls():
+                row_pair_ranks(self.matrix, self.redo.nonzero().flatten(), out)
+        return out
+
+
+def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
+                   rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor] | None = None,
+                   rerank_k: int = 0, rerank_batch: int = 1) -> torch.Tensor:
+    """``out[j]`` (``out``: (M,) long) for every text j of ``items`` (Q,): its 0-based rank in
+    its owner's row, each item scored against all texts in float32 (``matrix.chunk_size``
+    items at a time, default as many as ``max_chunk_bytes`` holds at 12 bytes per score);
+    with ``rerank``, after its top ``rerank_k`` are re-ordered as
+    :func:`~vlr_plugins.eval.row_ranks.row_ranks` does. Returns ``out``."""
+    n_texts = matrix.n_texts
+    per_chunk = matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_texts * _BYTES_PER_ROW_ELEM))
+    index = matrix.arange(n_texts)
+    with exact_matmuls():
+        for start in range(0, len(items), per_chunk):
+            chunk = items[start:start + per_chunk]
+            scores = gallery_scores(matrix, matrix.items, chunk, matrix.texts)
+            position, text = positive_pairs(matrix, "i2t", chunk)  # grouped by position
+            slot = matrix.arange(len(position)) - torch.searchsorted(position, position)
+            for s in range(int(slot.max()) + 1):  # each query's s-th text at once, +inf for the others
+                pick = (slot == s).nonzero().flatten()
+                threshold = torch.full((len(chunk), 1), _INF, device=matrix.device)
+                own = torch.full((len(chunk), 1), -1, device=matrix.device, dtype=torch.long)
+                threshold[position[pick], 0] = scores[position[pick], text[pick]]
+                own[position[pick], 0] = text[pick]
+                ahead = ((scores > threshold) | ((scores == threshold) & (index < own))).sum(1)
+                out[text[pick]] = ahead[position[pick]]
+            if rerank is not None:
+                k = min(rerank_k, n_texts)
+                candidates = reranked_candidates(matrix, "i2t", chunk, scores, rerank, k, rerank_batch)
+                row, place = is_positive(matrix, "i2t", chunk, candidates).nonzero(as_tuple=True)
+                out[candidates[row, place]] = place
+    return out
