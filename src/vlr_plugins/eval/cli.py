@@ -225,7 +225,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                    "capst": str(args.capst)}
     report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol,
                                tables=tables, unified=unified, model_dtype=recorded.get("model_dtype"),
-                               metrics=choice.names, truncation_metric=truncation_metric)
+                               metrics=choice.names if args.metrics is not None else None,
+                               truncation_metric=truncation_metric)
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
     print(report["table"])
