@@ -1,5 +1,5 @@
 """The bad-input catalogue of ``vlr eval --metrics`` (and what reads the metrics: ``--tables``,
-``--truncation-metric``): unknown names, K < 1, a name twice, K larger than a benchmark's
+``--truncation-metric``, ``--capst``): unknown names, K < 1, a name twice, K larger than a benchmark's
 gallery, a table or a plot of a metric the run does not compute.
 
 Each row is a real bad input written by the test into an empty folder (the command's working
@@ -55,6 +55,8 @@ CASES = [
      ["--tables", "clip4clip-msrvtt shows mdr, mnr", "--metrics r@1,r@5,r@10,mdr,mnr"]),
     ("tables: ReBias without the recalls it reads", _eval("--metrics", "r@1,mdr", "--tables", "carebench-table4"),
      ["--tables", "carebench-table4 shows r@5, r@10", "--metrics r@1,mdr,r@5,r@10"]),
+    ("capst: the unified score without R@1", _eval("--metrics", "mdr,mnr", "--capst", "{tmp}/capst.json"),
+     ["--capst", "reads R@1", "add r@1 to --metrics"]),
     ("truncation-metric: without a sweep", _eval("--metrics", "r@1,mdr", "--truncation-metric", "mdr"),
      ["--truncation-metric", "give --truncation"]),
     ("truncation-metric: a metric not computed",
@@ -80,4 +82,4 @@ def test_eval_metrics_refuses(argv, where, tmp_path, monkeypatch):
 
 def test_the_catalogue_covers_every_metric_option():
     options = {a for row in CASES for a in row[1] if a.startswith("--")}
-    assert {"--metrics", "--tables", "--truncation-metric"} <= options
+    assert {"--metrics", "--tables", "--truncation-metric", "--capst"} <= options

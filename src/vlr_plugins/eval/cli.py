@@ -1,5 +1,5 @@
-"""``vlr eval``: recall@1/5/10 (or the ``--metrics`` chosen) of a text model on image or video benchmarks, with the papers'
-protocols and tables (docs/eval.md)."""
+"""``vlr eval``: recall@1/5/10 (or the ``--metrics`` chosen) of a text model on image or video
+benchmarks, with the papers' protocols and tables (docs/eval.md)."""
 
 from __future__ import annotations
 
@@ -241,8 +241,9 @@ def add_cli(sub: Any) -> None:
     s = sub.add_parser(
         "eval", help="recall@1/5/10 of a text model on image or video benchmarks (streaming, exact)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Recall@1/5/10, both directions, of a text model against precomputed item embeddings\n"
-                    "(images or videos; `vlr precompute`), in the papers' tables if asked (docs/eval.md).\n\n"
+        description="Recall@1/5/10 (or the --metrics chosen: r@K, mdr, mnr, mrr@K, ...), both directions, of a\n"
+                    "text model against precomputed item embeddings (images or videos; `vlr precompute`), in the\n"
+                    "papers' tables if asked (docs/eval.md).\n\n"
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
                     "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"

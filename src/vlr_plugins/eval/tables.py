@@ -7,9 +7,13 @@ name                   columns                                                  
 ``mvc-table3``         T2V R@1: CARE-S, CARE-T, DREAM-D, DREAM-E, S2S-W, S2S-S      MVC, Table 3
 ``carebench-table3``   general: T2V then V2T, R@1/5/10 each                         CaReBench, Tab. 3
 ``carebench-table4``   spatial, temporal (T2V then V2T, R@1/5/10 each), ReBias%     CaReBench, Tab. 4
+``clip4clip-<bench>``  T2V then V2T, R@1/5/10, MdR↓, MnR↓ (msrvtt, msvd, lsmdc,     CLIP4Clip's
+                       didemo, activitynet)                                         layout
 =====================  ==========================================================  ================
 
-A column reads one metric of one benchmark's results (``msrvtt``, ``carebench/spatial``),
+A column reads one metric of one benchmark's results (``msrvtt``, ``carebench/spatial``; the
+metric ``t2i_`` or ``i2t_`` and a name of :mod:`vlr_plugins.eval.metric_names`: ``t2i_r1``,
+``i2t_mdr``; :meth:`TableLayout.metrics` the names a run must compute),
 or ReBias (:func:`~vlr_plugins.eval.rebias`) from two of them; a benchmark the run did not
 score is left empty ("–"), as the papers print an entry they do not have, and so is a ReBias
 whose temporal recalls are all 0 (the ratio is undefined).
