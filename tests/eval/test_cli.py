@@ -66,3 +66,27 @@ def test_a_bug_in_the_engine_keeps_its_traceback(tiny_checkpoint, tiny_world, tm
         main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(write_benchmarks(tmp_path, tiny_world)),
               "--protocol", "none", "--budget", "short=20", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_the_truncation_sweep_computes_and_plots_the_chosen_metric(tiny_checkpoint, tiny_world, tmp_path):
+    from vlr_plugins.data import EmbeddingStore, read_retrieval_jsonl
+    from vlr_plugins.eval import truncation_sweep
+    from vlr_plugins.specs import load_text_encoder
+
+    out = tmp_path / "out"
+    bench = tmp_path / "one.yaml"
+    bench.write_text("benchmarks:\n"
+                     f"  - {{name: short, reader: retrieval_jsonl, path: {tiny_world['eval_short']}, "
+                     f"item_embeddings: {tiny_world['image_embeddings']}, max_tokens: 20}}\n")
+    assert main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(bench), "--protocol", "none",
+                 "--metrics", "r@1,mnr", "--truncation", "8,20", "--truncation-metric", "mnr", "--out", str(out)]) == 0
+    report = json.loads((out / "results.json").read_text())
+    rs = read_retrieval_jsonl(tiny_world["eval_short"], "short")
+    items = EmbeddingStore(tiny_world["image_embeddings"]).get(list(rs.item_ids))
+    direct = truncation_sweep(load_text_encoder(tiny_checkpoint), tiny_world["object"].tokenizer(), items, rs,
+                              (8, 20), ks=(1,), rank_metrics=("mnr",), progress=False)
+    assert sorted(report["truncation"]["short"]) == ["20", "8"]
+    for budget, result in direct.items():
+        assert report["truncation"]["short"][str(budget)] == pytest.approx(result) and "t2i_mnr" in result
+    assert report["metrics"] == ["r@1", "mnr"]
+    assert (out / "truncation-short.png").read_bytes()[:4] == b"\x89PNG"

@@ -108,3 +108,34 @@ def test_plot_is_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
     assert sorted(p.name for p in path.parent.iterdir()) == ["pareto.png"]  # no temp file left
+
+
+def test_a_rank_metric_is_minimised_and_any_metric_is_read():
+    # MdR per config and benchmark: lower is better, so the frontier is the lower-left staircase
+    points = {"A": (2.0, 9.0), "B": (3.0, 4.0), "C": (4.0, 5.0), "D": (6.0, 3.0), "E": (3.0, 4.0)}
+    results = {c: {b: {"i2t_mdr": p[axis], "t2i_mdr": p[1 - axis], "i2t_r1": 50.0, "t2i_r1": 50.0,
+                       "i2t_mrr@10": p[axis] / 10, "t2i_mrr@10": p[axis] / 10}
+                   for axis, group in enumerate((SHORT, LONG)) for b in group} for c, p in points.items()}
+    summary = pareto_summary(results, SHORT, LONG, metric="MdR")
+    assert summary["metric"] == "mdr" and summary["lower_is_better"] is True
+    assert summary["i2t"]["points"]["C"] == {"short": 4.0, "long": 5.0}
+    lowest = {c: (-x, -y) for c, (x, y) in points.items()}  # minimising = maximising the negation
+    assert set(summary["i2t"]["frontier"]) == brute_force_frontier(lowest) == {"A", "B", "E", "D"}
+    assert pareto_frontier(points, lower_is_better=True) == ["A", "B", "E", "D"]
+    assert set(summary["t2i"]["frontier"]) == brute_force_frontier({c: (-y, -x) for c, (x, y) in points.items()})
+    # a higher-is-better rank metric (MRR@10) keeps the maximising frontier
+    mrr = pareto_summary(results, SHORT, LONG, metric="mrr@10")
+    assert mrr["lower_is_better"] is False and mrr["i2t"]["frontier"] == pareto_frontier(
+        {c: (x / 10, y / 10) for c, (x, y) in points.items()}) == ["A", "C", "D"]
+    with pytest.raises(KeyError, match="lack 'i2t_mnr'"):
+        pareto_summary(results, SHORT, LONG, metric="mnr")
+    with pytest.raises(ValueError, match="unknown metric 'median'"):
+        pareto_summary(results, SHORT, LONG, metric="median")
+
+
+def test_a_rank_pareto_is_plotted(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = {c: {b: {"i2t_mnr": v + i, "t2i_mnr": v - i} for i, b in enumerate(SHORT + LONG)}
+               for c, v in (("A", 5.0), ("B", 7.0))}
+    plot_pareto(pareto_summary(results, SHORT, LONG, metric="mnr"), tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

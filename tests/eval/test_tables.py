@@ -51,8 +51,36 @@ def test_carebench_table_4_is_spatial_then_temporal_then_rebias():
 
 def test_each_table_names_the_protocol_its_benchmarks_follow():
     for layout in list_tables().values():
+        if layout.protocol is None:  # a layout without a paper's numbers: its benchmarks are still named so
+            assert all(any(b in e for e in list_protocols().values()) for b in layout.benchmarks()), layout.name
+            continue
         entries = list_protocols()[layout.protocol]
         assert all(b.split("/")[0] in entries for b in layout.benchmarks()), layout.name
+
+
+@pytest.mark.parametrize("bench", ["msrvtt", "msvd", "lsmdc", "didemo", "activitynet"])
+def test_the_clip4clip_layout_is_r1_r5_r10_mdr_mnr_text_to_video_then_video_to_text(bench):
+    layout = list_tables()[f"clip4clip-{bench}"]
+    heads = ("R@1", "R@5", "R@10", "MdR↓", "MnR↓")
+    assert [c.levels[1:] for c in layout.columns] == [(d, h) for d in ("Text-to-Video", "Video-to-Text")
+                                                      for h in heads]
+    assert [(c.benchmark, c.metric) for c in layout.columns] == [
+        (bench, f"{d}_{m}") for d in ("t2i", "i2t") for m in ("r1", "r5", "r10", "mdr", "mnr")]
+    assert layout.metrics() == ["r@1", "r@5", "r@10", "mdr", "mnr"] and layout.protocol is None
+    assert list_tables()["carebench-table4"].metrics() == ["r@1", "r@5", "r@10"]  # ReBias reads the six recalls
+
+
+def test_a_rank_table_shows_lower_is_better_and_says_which_metric_is_missing():
+    ranks = {"t2i_r1": 40.0, "t2i_r5": 70.0, "t2i_r10": 80.0, "t2i_mdr": 2.0, "t2i_mnr": 16.75,
+             "i2t_r1": 41.0, "i2t_r5": 71.0, "i2t_r10": 81.0, "i2t_mdr": 2.5, "i2t_mnr": 12.25}
+    table = fill_table(list_tables()["clip4clip-msrvtt"], {"msrvtt": ranks}, "m", protocol="carebench/zero-shot")
+    lines = table_markdown(table).splitlines()
+    assert lines[5] == "|  | R@1 | R@5 | R@10 | MdR↓ | MnR↓ | R@1 | R@5 | R@10 | MdR↓ | MnR↓ |"
+    assert lines[6] == "| m | 40.0 | 70.0 | 80.0 | 2.0 | 16.8 | 41.0 | 71.0 | 81.0 | 2.5 | 12.2 |"
+    assert "Note" not in table_markdown(table)  # a layout follows no paper's protocol
+    recall_only = {k: v for k, v in ranks.items() if "md" not in k and "mn" not in k}
+    with pytest.raises(KeyError, match="lack 't2i_mdr'.*compute metric mdr"):
+        fill_table(list_tables()["clip4clip-msrvtt"], {"msrvtt": recall_only}, "m")
 
 
 def recalls(t2v, v2t):

@@ -150,3 +150,18 @@ def test_plot_is_a_png(encoder, tok, retrieval_set, items, tmp_path):
     # curves read back from results.json have string budgets
     plot_truncation(json.loads(json.dumps(curves)), tmp_path / "from-json.png")
     assert (tmp_path / "from-json.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rank_metrics_are_swept_and_plotted_as_ranks(encoder, tok, retrieval_set, items, tmp_path):
+    got = truncation_sweep(encoder, tok, items, retrieval_set, (8, 40), ks=(1,), rank_metrics=("mdr", "mrr@3"),
+                           progress=False)
+    for budget in (8, 40):
+        text_emb = encode_alone(encoder, tok, retrieval_set.texts, budget)
+        expected = retrieval_recall(items, text_emb, retrieval_set.text_owner, ks=(1,), rank_metrics=("mdr", "mrr@3"))
+        assert got[budget] == pytest.approx(expected) and "t2i_mdr" in got[budget]
+    pytest.importorskip("matplotlib")
+    plot_truncation({"random": got}, tmp_path / "mdr.png", metrics=("i2t_mdr", "t2i_mdr"))
+    assert (tmp_path / "mdr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(KeyError, match=r"budget 8 lacks \['t2i_mnr'\]"):
+        plot_truncation({"random": got}, tmp_path / "mnr.png", metrics=("t2i_mnr",))
+    assert not (tmp_path / "mnr.png").exists()

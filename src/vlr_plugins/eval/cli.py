@@ -1,5 +1,5 @@
-"""``vlr eval``: recall@1/5/10 of a text model on image or video benchmarks, with the papers'
-protocols and tables (docs/eval.md)."""
+"""``vlr eval``: recall@1/5/10 (or the ``--metrics`` chosen) of a text model on image or video
+benchmarks, with the papers' protocols and tables (docs/eval.md)."""
 
 from __future__ import annotations
 
@@ -90,12 +90,36 @@ def _table_names(text: str | None) -> list[str]:
     return names
 
 
-def _check_tables(names: Sequence[str], specs, benchmarks: str) -> None:
-    """Every table fills at least one column from the benchmarks; those it leaves empty are said."""
+def _metrics(args: argparse.Namespace):
+    """``--metrics`` and ``--truncation-metric``, checked: ``(choice, truncation metric)``."""
+    from vlr_plugins.eval.metric_names import parse_metrics
+
+    choice = parse_metrics(args.metrics, "--metrics")
+    if args.truncation_metric is None:
+        return choice, "r@1" if "r@1" in choice.names else choice.names[0]
+    if not args.truncation:
+        raise UsageError("--truncation-metric", "plots the curves of a truncation sweep: give --truncation too")
+    metric = parse_metrics(args.truncation_metric, "--truncation-metric")
+    if len(metric.names) != 1:
+        raise UsageError("--truncation-metric", f"one metric, found {args.truncation_metric!r}")
+    if metric.names[0] not in choice.names:
+        raise UsageError("--truncation-metric", f"{metric.names[0]} is not computed in this run (--metrics "
+                                                f"{','.join(choice.names)}): add it to --metrics")
+    return choice, metric.names[0]
+
+
+def _check_tables(names: Sequence[str], specs, benchmarks: str, metrics: Sequence[str] = ()) -> None:
+    """Every table fills at least one column from the benchmarks, with metrics this run computes
+    (``metrics``: the ``--metrics`` names); the columns it leaves empty are said."""
     from vlr_plugins.eval.tables import list_tables
 
     keys = [key for spec in specs for key in spec.result_keys()]
     for name in names:
+        lacking = [m for m in list_tables()[name].metrics() if m not in metrics]
+        if metrics and lacking:
+            wanted = ",".join([*metrics, *lacking])
+            raise UsageError("--tables", f"{name} shows {', '.join(lacking)}, which this run does not compute "
+                                         f"(--metrics {','.join(metrics)}): give --metrics {wanted}")
         wanted = list_tables()[name].benchmarks()
         missing = [b for b in wanted if b not in keys]
         if len(missing) == len(wanted):
@@ -133,12 +157,16 @@ def _eval_model(args: argparse.Namespace, specs, budgets: dict[str, int], overri
     return model, None, overrides
 
 
-def _capst_for_unified(path: str | None, specs, benchmarks: str) -> tuple[dict | None, str | None]:
+def _capst_for_unified(path: str | None, specs, benchmarks: str,
+                       metrics: Sequence[str] = ("r@1",)) -> tuple[dict | None, str | None]:
     """``--capst``: the CapST results and the CaReBench general result key the unified score reads."""
     if path is None:
         return None, None
     from vlr_plugins.eval.capst import load_capst_result
 
+    if "r@1" not in metrics:
+        raise UsageError("--capst", f"the unified score reads R@1, which this run does not compute (--metrics "
+                                    f"{','.join(metrics)}): add r@1 to --metrics")
     if not os.path.isfile(path):
         raise UsageError("--capst", f"no such file: {path}")
     care = [s for s in specs if s.reader == "carebench"]
@@ -169,12 +197,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     budgets = token_budgets(protocol, overrides)
     truncation = _integers(args.truncation, "--truncation")
     tables = _table_names(args.tables)
+    choice, truncation_metric = _metrics(args)
     check_model_dtype_option(args.model_dtype, args.model, "--model")
     device = check_device(args.device)
     check_output_dir(args.out, "--out")
     specs = load_benchmark_specs(args.benchmarks)
-    _check_tables(tables, specs, args.benchmarks)
-    capst, capst_benchmark = _capst_for_unified(args.capst, specs, args.benchmarks)
+    _check_tables(tables, specs, args.benchmarks, choice.names)
+    capst, capst_benchmark = _capst_for_unified(args.capst, specs, args.benchmarks, choice.names)
     model, tokenizer, budgets = _eval_model(args, specs, budgets, overrides, protocol, truncation, device)
     recorded = model_dtype_record(args.model_dtype, model, args.model, device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
@@ -186,7 +215,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with torch.inference_mode():
         result = evaluate_benchmarks(model, tokenizer, specs, budgets=budgets, truncation=truncation,
                                      batch_size=args.batch_size, device=device, protocol=protocol,
-                                     rerank_k=args.rerank_k, on_warning=warn)
+                                     rerank_k=args.rerank_k, on_warning=warn,
+                                     metrics=choice if args.metrics is not None else None)
     unified = None
     if capst is not None:
         from vlr_plugins.eval.capst import unified_score
@@ -194,7 +224,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         unified = {**unified_score(result, capst, benchmark=capst_benchmark), "benchmark": capst_benchmark,
                    "capst": str(args.capst)}
     report = write_eval_report(result, args.out, model=str(args.model), label=label, protocol=protocol,
-                               tables=tables, unified=unified, model_dtype=recorded.get("model_dtype"))
+                               tables=tables, unified=unified, model_dtype=recorded.get("model_dtype"),
+                               metrics=choice.names if args.metrics is not None else None,
+                               truncation_metric=truncation_metric)
     if report["plots"] is None:
         print("matplotlib is not installed (the [plot] extra): no plots written", file=sys.stderr)
     print(report["table"])
@@ -209,8 +241,9 @@ def add_cli(sub: Any) -> None:
     s = sub.add_parser(
         "eval", help="recall@1/5/10 of a text model on image or video benchmarks (streaming, exact)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Recall@1/5/10, both directions, of a text model against precomputed item embeddings\n"
-                    "(images or videos; `vlr precompute`), in the papers' tables if asked (docs/eval.md).\n\n"
+        description="Recall@1/5/10 (or the --metrics chosen: r@K, mdr, mnr, mrr@K, ...), both directions, of a\n"
+                    "text model against precomputed item embeddings (images or videos; `vlr precompute`), in the\n"
+                    "papers' tables if asked (docs/eval.md).\n\n"
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
                     "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
@@ -226,9 +259,15 @@ def add_cli(sub: Any) -> None:
                         "'none' for only --budget")
     s.add_argument("--budget", nargs="*", metavar="NAME=N", help="override a benchmark's token budget")
     s.add_argument("--truncation", metavar="20,40,...", help="also sweep these encoding budgets and plot them")
+    s.add_argument("--metrics", metavar="NAME,...",
+                   help="the metrics to compute, both directions: r@K (recall at K), mdr, mnr (median / mean rank "
+                        "of the best positive), mrr@K, ... (default r@1,r@5,r@10; docs/eval.md)")
+    s.add_argument("--truncation-metric", metavar="NAME",
+                   help="the metric the truncation curves plot, one of --metrics (default r@1)")
     s.add_argument("--tables", metavar="NAME,...",
                    help="also lay the results out as the papers' tables: mvc-table1, mvc-table3, carebench-table3, "
-                        "carebench-table4")
+                        "carebench-table4, and with --metrics ...,mdr,mnr clip4clip-msrvtt, -msvd, -lsmdc, -didemo, "
+                        "-activitynet")
     s.add_argument("--capst", metavar="CAPST_JSON",
                    help="the same model's `vlr capst` capst.json: adds CaRe's unified score (CaReBench Table 5)")
     s.add_argument("--rerank-k", type=positive_int, metavar="K",

@@ -13,6 +13,7 @@ from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval.benchmarks import BenchmarkSpec, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
+from vlr_plugins.eval.metric_names import MetricChoice, parse_metrics
 from vlr_plugins.eval.models import encode_with_model, match_reranker, takes_keyword, text_model_dim
 from vlr_plugins.eval.protocols import check_store_sampling, protocol_entries
 from vlr_plugins.eval.retrieval import retrieval_recall
@@ -34,8 +35,10 @@ def evaluate_retrieval_set(
     view: str | None = None,
     rerank_k: int | None = None,
     rerank_batch: int = 64,
+    rank_metrics: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Recall of ``encoder`` on ``rs``: its texts encoded at ``max_tokens``, its items from ``store``.
+    """Recall of ``encoder`` on ``rs``: its texts encoded at ``max_tokens``, its items from ``store``;
+    with ``rank_metrics`` (``mdr``, ``mrr@10``, ...) those too (:func:`~vlr_plugins.eval.retrieval_recall`).
 
     ``encoder``: a text encoder ``encoder(input_ids, attention_mask)`` with its
     ``tokenizer``, or (``tokenizer=None``) a text model (:mod:`vlr_plugins.eval.models`),
@@ -53,7 +56,7 @@ def evaluate_retrieval_set(
                                   progress=progress, desc=f"encode {rs.name}")
     rerank = match_reranker(encoder, rs.item_ids, rs.texts, items) if rerank_k else None
     return retrieval_recall(items, texts, rs.text_owner, ks=ks, device=device, rerank=rerank,
-                            rerank_k=rerank_k or 128, rerank_batch=rerank_batch)
+                            rerank_k=rerank_k or 128, rerank_batch=rerank_batch, rank_metrics=tuple(rank_metrics))
 
 
 def _budget(spec: BenchmarkSpec, budgets: Mapping[str, int] | None, max_positions: int | None,
@@ -115,6 +118,7 @@ def evaluate_benchmarks(
     rerank_k: int | None = None,
     rerank_batch: int = 64,
     on_warning: Callable[[str], None] | None = None,
+    metrics: MetricChoice | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: {budget: metrics}}}``,
     and, when a protocol or re-ranking gives them, ``"text_views"``, ``"sampling"`` and ``"rerank_k"``.
@@ -134,6 +138,12 @@ def evaluate_benchmarks(
     here: pass them in ``budgets`` (:func:`~vlr_plugins.eval.token_budgets`).
     ``rerank_k``: re-rank each query's top k with the model's ``match_scores`` (UMT's
     k_test is 128), ``rerank_batch`` queries at a time.
+
+    ``metrics``: the metrics to compute, names of :mod:`vlr_plugins.eval.metric_names`
+    (``["r@1", "r@5", "mdr", "mrr@10"]``) or their :class:`~vlr_plugins.eval.metric_names.MetricChoice`;
+    default R@1/5/10. The result then holds ``"metrics"`` (the names) and each benchmark's
+    keys for them (``i2t_r1``, ``t2i_mdr``, ...; the truncation sweep's too). Given, every K
+    is checked against both galleries of every benchmark as soon as it is read.
 
     Every benchmark is read and checked before the first text is encoded, so that a
     problem in the last one does not end a long run: a missing or too large token budget
@@ -156,10 +166,14 @@ def evaluate_benchmarks(
     sweep = _check_truncation(truncation, max_positions) if truncation else ()
     entries = protocol_entries(protocol)
     warn = on_warning or (lambda message: warnings.warn(message, stacklevel=3))
+    choice = metrics if isinstance(metrics, MetricChoice) else parse_metrics(metrics)
     planned = []
     for spec in specs:
         budget = _budget(spec, budgets, max_positions, required=tokenizer is not None)
         sets = read_benchmark(spec)
+        if metrics is not None:
+            for key, rs in zip(spec.result_keys(), sets):
+                choice.check_gallery(key, len(rs.item_ids), len(rs.texts), spec.where())
         store = EmbeddingStore(spec.item_embeddings)
         if tokenizer is None and embed_dim is None:
             embed_dim = text_model_dim(encoder, sets[0].texts[0])
@@ -177,6 +191,8 @@ def evaluate_benchmarks(
         planned.append((spec, sets, store, budget, entry))
 
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
+    if metrics is not None:
+        out["metrics"] = list(choice.names)
     for spec, sets, store, budget, entry in planned:
         view = entry.text_view if entry is not None else None
         for key, rs in zip(spec.result_keys(), sets):
@@ -186,15 +202,17 @@ def evaluate_benchmarks(
                 out.setdefault("text_views", {})[key] = view
             if entry is not None and entry.frames is not None:
                 out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
-            out["recall"][key] = evaluate_retrieval_set(encoder, tokenizer, rs, store, budget,
-                                                        batch_size=batch_size, device=device, progress=progress,
-                                                        view=view, rerank_k=rerank_k, rerank_batch=rerank_batch)
+            out["recall"][key] = choice.select(evaluate_retrieval_set(
+                encoder, tokenizer, rs, store, budget, ks=choice.engine_ks(), batch_size=batch_size, device=device,
+                progress=progress, view=view, rerank_k=rerank_k, rerank_batch=rerank_batch,
+                rank_metrics=choice.rank_metrics))
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
-                out["truncation"][key] = truncation_sweep(
-                    encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
-                    batch_size=batch_size, device=device, progress=progress)
+                curve = truncation_sweep(encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
+                                         ks=choice.engine_ks(), rank_metrics=choice.rank_metrics,
+                                         batch_size=batch_size, device=device, progress=progress)
+                out["truncation"][key] = {budget: choice.select(r) for budget, r in curve.items()}
     if rerank_k is not None:
         out["rerank_k"] = rerank_k
     return out

@@ -7,28 +7,58 @@ from collections.abc import Mapping, Sequence
 
 from vlr_plugins._io import atomic_open
 
-__all__ = ["recall_table_markdown", "plot_recall_bars"]
+__all__ = ["key_label", "recall_table_markdown", "plot_recall_bars"]
 
 Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # config -> split -> metric -> value
 
-_LABEL = {"i2t_r1": "I2T R@1", "i2t_r5": "I2T R@5", "i2t_r10": "I2T R@10",
-          "t2i_r1": "T2I R@1", "t2i_r5": "T2I R@5", "t2i_r10": "T2I R@10", "r_mean": "R mean"}
+_OTHER = {"r_mean": "R mean", "i2t_mean": "I2T R mean", "t2i_mean": "T2I R mean"}
+
+
+def _parsed(key: str) -> tuple[str, str] | None:
+    from vlr_plugins.eval.metric_names import metric_of_key
+
+    try:
+        return metric_of_key(key)
+    except ValueError:
+        return None
+
+
+def key_label(key: str) -> str:
+    """The header of a result key: ``I2T R@1``, ``T2I MdR↓``, ``I2T MRR@10``, ``R mean``;
+    a key that is no metric is shown as it is."""
+    from vlr_plugins.eval.metric_names import metric_label
+
+    parsed = _parsed(key)
+    return f"{parsed[0].upper()} {metric_label(parsed[1])}" if parsed else _OTHER.get(key, key)
+
+
+def _digits(key: str) -> int:
+    from vlr_plugins.eval.metric_names import metric_digits
+
+    parsed = _parsed(key)
+    return metric_digits(parsed[1]) if parsed else 1
 
 
 def recall_table_markdown(results: Results, splits: Sequence[str],
                           metrics: Sequence[str] = ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) -> str:
-    """One row per configuration, one column per (split, metric); percentages, 1 decimal."""
-    head = ["config"] + [f"{s} {_LABEL.get(m, m)}" for s in splits for m in metrics]
+    """One row per configuration, one column per (split, metric); recall in percent and ranks
+    (MdR, MnR: lower is better, marked ``↓``) with 1 decimal, scores in [0, 1] (MRR@k, ...) with 3."""
+    head = ["config"] + [f"{s} {key_label(m)}" for s in splits for m in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cfg, per_split in results.items():
-        cells = [cfg] + [f"{per_split[s][m]:.1f}" for s in splits for m in metrics]
+        cells = [cfg] + [f"{per_split[s][m]:.{_digits(m)}f}" for s in splits for m in metrics]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot_recall_bars(results: Results, splits: Sequence[str], path: str | os.PathLike,
                      metrics: Sequence[str] = ("i2t_r1", "t2i_r1"), title: str = "") -> None:
-    """Grouped bars: one panel per split, configurations on the x axis, one bar per metric."""
+    """Grouped bars: one panel per split, configurations on the x axis, one bar per metric
+    (result keys; the axis says their unit: recall (%), a rank, a score)."""
+    from vlr_plugins.eval.metric_names import metric_unit
+
+    units = {metric_unit(p[1]) if p else "recall (%)" for p in map(_parsed, metrics)}
+    ylabel = units.pop() if len(units) == 1 else "value"
     plt = _pyplot()
     configs = list(results)
     fig, axes = plt.subplots(1, len(splits), figsize=(4.2 * len(splits), 3.6), sharey=True, squeeze=False)
@@ -36,10 +66,10 @@ def plot_recall_bars(results: Results, splits: Sequence[str], path: str | os.Pat
     for ax, split in zip(axes[0], splits):
         for j, m in enumerate(metrics):
             xs = [i + (j - (len(metrics) - 1) / 2) * width for i in range(len(configs))]
-            ax.bar(xs, [results[c][split][m] for c in configs], width, label=_LABEL.get(m, m))
+            ax.bar(xs, [results[c][split][m] for c in configs], width, label=key_label(m))
         ax.set_xticks(range(len(configs)), configs, rotation=30, ha="right")
         ax.set_title(split)
-        ax.set_ylabel("recall (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
     if title:

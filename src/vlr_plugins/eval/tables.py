@@ -7,9 +7,13 @@ name                   columns                                                  
 ``mvc-table3``         T2V R@1: CARE-S, CARE-T, DREAM-D, DREAM-E, S2S-W, S2S-S      MVC, Table 3
 ``carebench-table3``   general: T2V then V2T, R@1/5/10 each                         CaReBench, Tab. 3
 ``carebench-table4``   spatial, temporal (T2V then V2T, R@1/5/10 each), ReBias%     CaReBench, Tab. 4
+``clip4clip-<bench>``  T2V then V2T, R@1/5/10, MdR↓, MnR↓ (msrvtt, msvd, lsmdc,     CLIP4Clip's
+                       didemo, activitynet)                                         layout
 =====================  ==========================================================  ================
 
-A column reads one metric of one benchmark's results (``msrvtt``, ``carebench/spatial``),
+A column reads one metric of one benchmark's results (``msrvtt``, ``carebench/spatial``; the
+metric ``t2i_`` or ``i2t_`` and a name of :mod:`vlr_plugins.eval.metric_names`: ``t2i_r1``,
+``i2t_mdr``; :meth:`TableLayout.metrics` the names a run must compute),
 or ReBias (:func:`~vlr_plugins.eval.rebias`) from two of them; a benchmark the run did not
 score is left empty ("–"), as the papers print an entry they do not have, and so is a ReBias
 whose temporal recalls are all 0 (the ratio is undefined).
@@ -28,8 +32,8 @@ import yaml
 
 __all__ = ["TableColumn", "TableLayout", "fill_table", "list_tables", "plot_table", "table_markdown"]
 
-_METRICS = tuple(f"{d}_r{k}" for d in ("t2i", "i2t") for k in (1, 5, 10))
 _EMPTY = "–"
+_REBIAS_METRICS = ("r@1", "r@5", "r@10")  # the six recalls ReBias averages
 
 
 @dataclass(frozen=True)
@@ -55,20 +59,31 @@ class TableColumn:
         """The benchmark results it reads."""
         return list(self.rebias) if self.rebias else [self.benchmark]
 
+    def metrics(self) -> list[str]:
+        """The metric names (``vlr eval --metrics``) it needs computed: ``["mdr"]``; ReBias R@1/5/10."""
+        from vlr_plugins.eval.metric_names import metric_of_key
+
+        return list(_REBIAS_METRICS) if self.rebias else [metric_of_key(self.metric)[1]]
+
 
 @dataclass(frozen=True)
 class TableLayout:
     """A paper's table: its ``name`` (``mvc-table1``), ``title``, the ``protocol`` its
-    numbers follow (a name of :func:`~vlr_plugins.eval.list_protocols`) and its columns."""
+    numbers follow (a name of :func:`~vlr_plugins.eval.list_protocols`; ``None`` for a
+    layout without a paper's numbers to follow) and its columns."""
 
     name: str
     title: str
-    protocol: str
+    protocol: str | None
     columns: tuple[TableColumn, ...]
 
     def benchmarks(self) -> list[str]:
         """Every benchmark result it reads, in column order, once."""
         return list(dict.fromkeys(b for c in self.columns for b in c.benchmarks()))
+
+    def metrics(self) -> list[str]:
+        """Every metric name it needs computed (``vlr eval --metrics``), in column order, once."""
+        return list(dict.fromkeys(m for c in self.columns for m in c.metrics()))
 
 
 def _column(where: str, raw: Any) -> TableColumn:
@@ -81,16 +96,25 @@ def _column(where: str, raw: Any) -> TableColumn:
         if not isinstance(pair, dict) or set(pair) != {"spatial", "temporal"}:
             raise ValueError(f"{where}, rebias: expected {{spatial: ..., temporal: ...}}, found {pair!r}")
         return TableColumn(levels, rebias=(pair["spatial"], pair["temporal"]), **common)
-    if not isinstance(raw.get("benchmark"), str) or raw.get("metric") not in _METRICS:
-        raise ValueError(f"{where}: expected a benchmark and a metric among {', '.join(_METRICS)}, found {raw!r}")
-    return TableColumn(levels, raw["benchmark"], raw["metric"], **common)
+    from vlr_plugins.eval.metric_names import known_metrics, metric_of_key
+
+    try:
+        metric_of_key(str(raw.get("metric")))
+    except ValueError:
+        metric = None
+    else:
+        metric = raw["metric"]
+    if not isinstance(raw.get("benchmark"), str) or metric is None:
+        raise ValueError(f"{where}: expected a benchmark and a metric, t2i_ or i2t_ and one of {known_metrics()} "
+                         f"(t2i_r1, i2t_mdr, ...), found {raw!r}")
+    return TableColumn(levels, raw["benchmark"], metric, **common)
 
 
 @cache
 def list_tables() -> dict[str, TableLayout]:
     """Every shipped table layout by name, read once from ``tables.yaml`` and checked."""
     text = resources.files("vlr_plugins.eval").joinpath("tables.yaml").read_text(encoding="utf-8")
-    return {name: TableLayout(name, raw["title"], raw["protocol"],
+    return {name: TableLayout(name, raw["title"], raw.get("protocol"),
                               tuple(_column(f"tables.yaml, table {name!r}, column {i}", c)
                                     for i, c in enumerate(raw["columns"], start=1)))
             for name, raw in yaml.safe_load(text).items()}
@@ -106,7 +130,14 @@ def _value(column: TableColumn, recall: Mapping[str, Mapping[str, float]]) -> fl
             return rebias(recall[column.rebias[0]], recall[column.rebias[1]])
         except ValueError:  # every temporal recall 0: the ratio is undefined, left empty
             return None
-    return float(recall[column.benchmark][column.metric])
+    result = recall[column.benchmark]
+    if column.metric not in result:
+        from vlr_plugins.eval.metric_names import metric_of_key
+
+        raise KeyError(f"the results of {column.benchmark!r} lack {column.metric!r}, which column "
+                       f"{column.label!r} shows: compute metric {metric_of_key(column.metric)[1]} "
+                       f"(vlr eval --metrics); found {sorted(result)}")
+    return float(result[column.metric])
 
 
 def fill_table(layout: TableLayout, recall: Mapping[str, Mapping[str, float]], label: str, *,
@@ -156,7 +187,7 @@ def table_markdown(table: Mapping[str, Any]) -> str:
         cells = [_EMPTY if v is None else f"{v:.{c['digits']}f}" for v, c in zip(row["values"], columns)]
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
     notes = []
-    if table.get("run_protocol") != table["protocol"]:
+    if table["protocol"] is not None and table.get("run_protocol") != table["protocol"]:
         notes.append(f"the paper's numbers follow protocol {table['protocol']}; this run used "
                      f"{table.get('run_protocol') or 'none'}")
     if table.get("missing"):

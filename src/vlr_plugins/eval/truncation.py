@@ -26,6 +26,7 @@ def truncation_sweep(
     budgets: Sequence[int] = TRUNCATION_BUDGETS,
     *,
     ks: Sequence[int] = (1, 5, 10),
+    rank_metrics: Sequence[str] = (),
     batch_size: int = 256,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -35,7 +36,8 @@ def truncation_sweep(
     item_emb: (N, D), row ``i`` the embedding of ``retrieval_set.item_ids[i]``. At each
     budget the texts are encoded by :func:`~vlr_plugins.eval.encode_texts` (cut to the
     budget, ``[CLS]``/``[SEP]`` included, as in training) and scored by
-    :func:`~vlr_plugins.eval.retrieval_recall`; nothing else changes between budgets.
+    :func:`~vlr_plugins.eval.retrieval_recall` (with ``rank_metrics``, such as ``("mdr",)``, those
+    too); nothing else changes between budgets.
     Returns budget -> that recall dict, in the order of ``budgets``. Budgets past the
     longest text give the same result as each other.
 
@@ -66,7 +68,7 @@ def truncation_sweep(
                                 device=device, progress=progress,
                                 desc=f"encode {retrieval_set.name} at {budget} tokens")
         results[budget] = retrieval_recall(item_emb, text_emb, retrieval_set.text_owner, ks=ks,
-                                           device=device)
+                                           device=device, rank_metrics=tuple(rank_metrics))
     return results
 
 
@@ -78,13 +80,22 @@ def plot_truncation(
 ) -> None:
     """Figure 2 of the paper: one panel per metric, recall against the token budget, one
     line per configuration. ``curves``: config -> :func:`truncation_sweep` result.
-    Written atomically; needs matplotlib."""
-    from vlr_plugins.eval.report import _LABEL, _pyplot, _save_figure
+    ``metrics``: result keys, any the sweep computed (``("i2t_mdr", "t2i_mdr")``; a panel
+    is titled ``I2T MdR↓``, its axis says the unit). Written atomically; needs matplotlib."""
+    from vlr_plugins.eval.metric_names import metric_of_key, metric_unit
+    from vlr_plugins.eval.report import _pyplot, _save_figure, key_label
 
     if not curves:
         raise ValueError("plot_truncation: no curves")
+    for config, curve in curves.items():
+        for budget, result in curve.items():
+            lacking = [m for m in metrics if m not in result]
+            if lacking:
+                raise KeyError(f"plot_truncation: the curve of {config!r} at budget {budget} lacks {lacking}; "
+                               f"found {sorted(result)}")
+    units = {metric_unit(metric_of_key(m)[1]) for m in metrics}
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), sharey=True,
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), sharey=len(units) == 1,
                              squeeze=False)
     # budgets may come back from JSON as strings
     budgets = sorted({int(b) for curve in curves.values() for b in curve})
@@ -93,10 +104,10 @@ def plot_truncation(
             xs = sorted(curve, key=int)
             ax.plot([int(b) for b in xs], [curve[b][metric] for b in xs], marker="o", label=config)
         ax.set_xticks(budgets)
-        ax.set_title(_LABEL.get(metric, metric))
+        ax.set_title(key_label(metric))
         ax.set_xlabel("text token budget")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("recall (%)")
+    axes[0][0].set_ylabel(units.pop() if len(units) == 1 else "value")
     axes[0][-1].legend(fontsize=8)
     if title:
         fig.suptitle(title)
