@@ -29,6 +29,11 @@ ratios are between the medians over rounds. Methods:
   directions, exact ranks, every pair scored once (``grouped_ranks``).
 * ``engine_interleaved`` -- the same on the interleaved layout (``exact_ranks``: a first pass
   over the positive pairs, then the main pass).
+* ``engine_dsl`` / ``engine_qbnorm`` -- the engine with ``renorm=DualSoftmax(100)`` / with
+  ``renorm=QueryBankNorm(text_bank=...)``, a bank of as many other seeded unit vectors as the
+  gallery has texts (made before the clock starts); compare with ``engine`` (``median / engine``).
+  These random texts are not near their items: about half the positive pairs score < 0, which
+  under the dual softmax sends those queries to the row-wise path (real embeddings: ~none).
 * ``rows``    -- the previous implementation (``ranks_of_best_positive``, copied into this
   script as ``_ranks_by_rows``): each direction scored separately, chunk of queries x
   whole gallery, with (chunk, G) masks.
@@ -201,6 +206,35 @@ def run_engine_graded_interleaved(items, texts, owner):
     return run_engine_graded(items, texts, interleaved(owner))
 
 
+_BANKS: dict = {}
+
+
+def _text_bank(n: int, m: int):
+    """QB-Norm's text bank for an n x m problem: m other seeded unit vectors, made once per
+    process before the clock starts (not timed, not counted as the method's memory)."""
+    if (n, m) not in _BANKS:
+        _BANKS[(n, m)] = make_embeddings(n, m, seed=1)[1]
+    return _BANKS[(n, m)]
+
+
+def run_engine_dsl(items, texts, owner):
+    """The engine with the dual softmax (temperature 100): a statistics pass, then the ranks."""
+    from vlr_plugins.eval import retrieval_recall
+    from vlr_plugins.eval.renorm import DualSoftmax
+
+    return retrieval_recall(items, texts, owner, ks=KS, renorm=DualSoftmax(100.0))
+
+
+def run_engine_qbnorm(items, texts, owner):
+    """The engine with QB-Norm, a text bank as large as the gallery's texts (other seeded unit
+    vectors), text-to-image: the statistics pass, the bank x items pass, then the ranks."""
+    from vlr_plugins.eval import retrieval_recall
+    from vlr_plugins.eval.renorm import QueryBankNorm
+
+    bank = _text_bank(len(items), len(texts))
+    return retrieval_recall(items, texts, owner, ks=KS, renorm=QueryBankNorm(text_bank=bank))
+
+
 def run_peer(items, texts, owner, batch_size=64):
     """CLIP_benchmark's retrieval metric, reproduced (not imported) from
     LAION-AI/CLIP_benchmark clip_benchmark/metrics/zeroshot_retrieval.py (``evaluate``,
@@ -279,6 +313,8 @@ def child(method: str, n: int, m: int, inner: int) -> None:
     import vlr_plugins.eval  # noqa: F401  (imported before the clock starts: no method's time)
 
     items, texts, owner = make_embeddings(n, m)
+    if method == "engine_qbnorm":
+        _text_bank(n, m)
     base = _rss_bytes()
     reset = _reset_peak()
     seconds = float("inf")
@@ -289,7 +325,7 @@ def child(method: str, n: int, m: int, inner: int) -> None:
     record = {"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base), "threads": torch.get_num_threads()}
     if isinstance(result, dict):
         record["recall"] = {f"{d}_r{k}": float(result[f"{d}_r{k}"]) for d in ("i2t", "t2i") for k in KS}
-        record["metrics"] = {k: float(v) for k, v in result.items() if not k.endswith("ranks")}
+        record["metrics"] = {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
     print(json.dumps(record))
 
 
@@ -417,6 +453,8 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
 ALTERNATED = ("floor", "chunk", "floor_workers", "engine", "engine_interleaved")
 #: the engine with rank metrics (``--methods chunk,engine,engine_ranks,engine_graded``)
 RANK_METHODS = ("engine_ranks", "engine_graded", "engine_graded_interleaved")
+#: the engine with a re-normalisation (``--methods chunk,engine,engine_dsl,engine_qbnorm``)
+RENORM_METHODS = ("engine_dsl", "engine_qbnorm")
 #: the bare multiplies: the floor is the fastest of those measured
 BARE_MULTIPLIES = ("floor", "chunk", "floor_workers")
 
@@ -447,7 +485,7 @@ def cpu_table(plan) -> list[dict]:
         runs = {}
         for round_ in range(rounds):
             for method in alternated + (once if round_ == 0 else ()):
-                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED + RANK_METHODS else 1
+                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method in ALTERNATED + RANK_METHODS + RENORM_METHODS else 1
                 runs.setdefault(method, []).append(measure(method, n, m, inner))
         median = {method: statistics.median(r["seconds"] for r in results) for method, results in runs.items()}
         multiplies = [median[k] for k in BARE_MULTIPLIES if k in median]
@@ -554,8 +592,9 @@ def main() -> None:
     if args.threads:
         os.environ["VLR_BENCH_THREADS"] = str(args.threads)
     methods = tuple(args.methods.split(","))
-    if not set(methods) <= set(ALTERNATED + RANK_METHODS):
-        sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(ALTERNATED + RANK_METHODS)}")
+    known = ALTERNATED + RANK_METHODS + RENORM_METHODS
+    if not set(methods) <= set(known):
+        sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(known)}")
     records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:

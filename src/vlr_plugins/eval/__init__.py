@@ -17,6 +17,7 @@ from vlr_plugins.eval.protocols import (
 from vlr_plugins.eval.best_rank_metrics import rank_metrics
 from vlr_plugins.eval.graded_metrics import graded_rank_metrics
 from vlr_plugins.eval.metric_names import RANK_METRICS, parse_rank_metric
+from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm
 from vlr_plugins.eval.rerank import rerank_pairs
 from vlr_plugins.eval.retrieval import retrieval_recall
 from vlr_plugins.eval.retrieval_bias import rebias
@@ -28,6 +29,8 @@ __all__ = [
     "TRUNCATION_BUDGETS",
     "BenchmarkProtocol",
     "BenchmarkSpec",
+    "DualSoftmax",
+    "QueryBankNorm",
     "TextModel",
     "check_store_sampling",
     "encode_texts",

@@ -37,7 +37,7 @@ from vlr_plugins.eval._tiles import (
     tile_budget,
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
-from vlr_plugins.eval.row_ranks import row_ranks
+from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
 _INF = float("inf")
 #: the texts of a tile are padded with zero rows to a multiple of this: MKL's float32 GEMM
@@ -45,20 +45,20 @@ _INF = float("inf")
 TEXT_ALIGN = 16
 
 
-def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
+def diagonal_blocks(matrix: ScoreMatrix, buffers: int = 2) -> list[int] | None:
     """Item boundaries [0, b_1, ..., N] of the diagonal tiles (block k holds items
     b_k..b_{k+1} - 1 and their texts), or None when the texts are not grouped by item in
     item order, or when one item has more texts than a tile holds.
 
     A tile holds a worker's share of a :func:`~vlr_plugins.eval._tiles.tile_budget`
-    (:func:`worker_budget`); blocks take ``matrix.chunk_size`` items (default: the tile's
+    (:func:`worker_budget`, with ``buffers`` tile buffers per worker); blocks take ``matrix.chunk_size`` items (default: the tile's
     area over the mean number of texts per item, square root), fewer where their texts,
     padded to a multiple of :data:`TEXT_ALIGN`, would not fit.
     """
     owner, n_items, n_texts = matrix.owner, matrix.n_items, matrix.n_texts
     if n_texts > 1 and bool((owner[1:] < owner[:-1]).any()):
         return None
-    _, budget = worker_budget(matrix)
+    _, budget = worker_budget(matrix, buffers)
     rows = matrix.chunk_size or max(1, math.isqrt(budget * n_items // n_texts))
     rows = min(rows, n_items, budget)
     cols = _aligned_down(budget // rows)
@@ -73,11 +73,12 @@ def diagonal_blocks(matrix: ScoreMatrix) -> list[int] | None:
     return bounds
 
 
-def worker_budget(matrix: ScoreMatrix) -> tuple[int, int]:
+def worker_budget(matrix: ScoreMatrix, buffers: int = 2) -> tuple[int, int]:
     """(workers, scores per worker's tile): the matrix's tile budget shared among its
-    ``workers``, which visit its tiles at once."""
+    ``workers``, which visit its tiles at once; a budget counts two tile buffers (the tile and
+    its work buffer), so with ``buffers`` per worker a tile holds 2 / buffers of it."""
     budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
-    return matrix.workers, budget // matrix.workers
+    return matrix.workers, max(1, budget * 2 // buffers // matrix.workers)
 
 
 class _Worker:
@@ -87,12 +88,12 @@ class _Worker:
 
     def __init__(self, matrix: ScoreMatrix, rows: int, cols: int, ones: torch.Tensor,
                  ahead_of_items: torch.Tensor, ahead_of_texts: torch.Tensor,
-                 pairs: PairCounts | None = None) -> None:
+                 pairs: PairCounts | None = None, buffers: int = 2) -> None:
         device = matrix.device
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
         self.text_rows = torch.empty(cols, matrix.dim, device=device)
-        self.buffers = torch.empty(2, rows * cols, device=device)
+        self.buffers = torch.empty(buffers, rows * cols, device=device)
         self.ahead_of_items = torch.zeros_like(ahead_of_items)
         self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
         self.pair_counts = pairs.worker_counts() if pairs is not None else None
@@ -105,25 +106,33 @@ class _Worker:
             self.matrix.texts.load(slice(t0, t1), self.text_rows[:_aligned_up(t1 - t0)])
             self.loaded = block
 
-    def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tile's scores against the loaded texts and its work buffer, (items, texts)
-        views of (items, aligned) blocks."""
+    def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+        """The tile's scores against the loaded texts, its work buffer and its spare buffer
+        (the keys of a re-normalisation; None without), (items, texts) views of (items,
+        aligned) blocks."""
         (a0, a1), (t0, t1) = item_block, text_block
         self.matrix.items.load(slice(a0, a1), self.item_rows[:a1 - a0])
         shape = (a1 - a0, _aligned_up(t1 - t0))
-        scores, work = (b[:shape[0] * shape[1]].view(shape) for b in self.buffers)
-        torch.mm(self.item_rows[:a1 - a0], self.text_rows[:shape[1]].T, out=scores)
-        return scores[:, :t1 - t0], work[:, :t1 - t0]
+        scores, work, *spare = (b[:shape[0] * shape[1]].view(shape)[:, :t1 - t0] for b in self.buffers)
+        torch.mm(self.item_rows[:a1 - a0], self.text_rows[:shape[1]].T, out=self.buffers[0][:shape[0] * shape[1]].view(shape))
+        return scores, work, spare[0] if spare else None
 
 
-def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False) -> tuple[torch.Tensor, ...]:
+def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False,
+                  keys: TileKeys | None = None) -> tuple[torch.Tensor, ...]:
     """(N,) 0-based rank of every item's best text and (M,) of every text's owner, over the
     diagonal blocks ``bounds`` (from :func:`diagonal_blocks`); ties as in
     :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`. On CPU the tiles are shared among
     :func:`worker_budget`'s workers (:mod:`~vlr_plugins.eval._tile_workers`).
 
     ``pair_ranks``: also (M,) every text's rank in its owner's row, counted in the same pass
-    (:class:`~vlr_plugins.eval.pair_ranks.PairCounts`)."""
+    (:class:`~vlr_plugins.eval.pair_ranks.PairCounts`).
+
+    ``keys``: rank by a re-normalisation's transformed scores instead
+    (:mod:`~vlr_plugins.eval.renorm_keys`; ``bounds`` from ``diagonal_blocks(matrix, buffers=3)``):
+    each tile's keys are computed once per direction in a third buffer, text-to-image compared
+    column-wise and image-to-text row-wise, the thresholds read from the diagonal tiles' keys;
+    a query whose threshold is not finite is ranked row-wise with the same keys."""
     device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
@@ -132,8 +141,9 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
-    pairs = PairCounts(matrix, bounds) if pair_ranks else None
-    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts, pairs)
+    pairs = PairCounts(matrix, bounds, keys) if pair_ranks else None
+    buffers = 2 if keys is None else 3
+    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts, pairs, buffers)
                for _ in range(min(worker_budget(matrix)[0], len(items)))]
     positive_score = torch.empty(n_texts, device=device)
     best_score = torch.empty(n_items, device=device)
@@ -145,21 +155,27 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         block writes only its own items' and texts' entries)."""
         (a0, a1), (t0, t1) = items[block], texts[block]
         worker.load_texts(block, t0, t1)
-        scores, work = worker.score((a0, a1), (t0, t1))
+        scores, work, spare = worker.score((a0, a1), (t0, t1))
         local_owner = matrix.owner[t0:t1] - a0
-        positive = scores[local_owner, matrix.arange(t1 - t0)]
-        best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(0, local_owner, positive, "amax")
-        positive_score[t0:t1], best_score[a0:a1] = positive, best
+        t2i = scores if keys is None else keys.t2i_tile(scores, (a0, a1), (t0, t1), spare, work)
+        positive = t2i[local_owner, matrix.arange(t1 - t0)]
+        positive_score[t0:t1] = positive
         ties = torch.zeros(t1 - t0, device=device)
-        count_above(scores, positive, work, 0, ties, ones, compare=torch.eq)
-        redo_texts[t0:t1] = ties > 1
+        count_above(t2i, positive, work, 0, ties, ones, compare=torch.eq)
+        redo_texts[t0:t1] = (ties > 1) if keys is None else (ties > 1) | ~torch.isfinite(positive)
+        count_above(t2i, positive, work, 0, ahead_of_texts[t0:t1], ones)
+        i2t = scores if keys is None else keys.i2t_tile(scores, (a0, a1), (t0, t1), spare, work)
+        if keys is not None:  # a NaN key (a score <= 0 under the dual softmax) is behind every finite one
+            positive = i2t[local_owner, matrix.arange(t1 - t0)]
+        best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(
+            0, local_owner, positive if keys is None else _nan_behind(positive), "amax")
+        best_score[a0:a1] = best
         ties = torch.zeros(a1 - a0, device=device)
-        count_above(scores, best[:, None], work, 1, ties, ones, compare=torch.eq)
-        redo_items[a0:a1] = ties > 1
-        count_above(scores, positive, work, 0, ahead_of_texts[t0:t1], ones)
-        count_above(scores, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
+        count_above(i2t, best[:, None], work, 1, ties, ones, compare=torch.eq)
+        redo_items[a0:a1] = (ties > 1) if keys is None else (ties > 1) | ~torch.isfinite(best)
+        count_above(i2t, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
         if pairs is not None:
-            pairs.diagonal(block, items[block], texts[block], positive, scores, work, ones)
+            pairs.diagonal(block, items[block], texts[block], positive, i2t, work, ones)
 
     def column_part(worker: _Worker, task: tuple[int, range]) -> None:
         """Tiles of text block ``c`` against item blocks ``rows`` (but ``c``): counts in the
@@ -171,14 +187,16 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             if r == c:
                 continue
             a0, a1 = items[r]
-            scores, work = worker.score((a0, a1), (t0, t1))
+            scores, work, spare = worker.score((a0, a1), (t0, t1))
             # r < c: these items come before the texts' owners, these texts after the items' best
             text_threshold = (positive_down if r < c else positive_score)[t0:t1]
             item_threshold = (best_score if r < c else best_down)[a0:a1, None]
-            count_above(scores, text_threshold, work, 0, worker.ahead_of_texts[t0:t1], ones)
-            count_above(scores, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
+            t2i = scores if keys is None else keys.t2i_tile(scores, (a0, a1), (t0, t1), spare, work)
+            count_above(t2i, text_threshold, work, 0, worker.ahead_of_texts[t0:t1], ones)
+            i2t = scores if keys is None else keys.i2t_tile(scores, (a0, a1), (t0, t1), spare, work)
+            count_above(i2t, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
             if pairs is not None:
-                pairs.off_diagonal(worker.pair_counts, r, c, (a0, a1), scores, work, ones)
+                pairs.off_diagonal(worker.pair_counts, r, c, (a0, a1), i2t, work, ones)
 
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(range(len(items)), diagonal, workers)
@@ -196,10 +214,15 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         ranks = (ahead_of_items.long(), ahead_of_texts.long())
         for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
             if redo.any():
-                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
+                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten(), keys=keys)
     if pairs is not None:
         return (*ranks, pairs.ranks([worker.pair_counts for worker in workers]))
     return ranks
+
+
+def _nan_behind(keys: torch.Tensor) -> torch.Tensor:
+    """``keys`` with NaN as -inf (behind every other key, as no comparison puts NaN ahead)."""
+    return torch.where(torch.isnan(keys), -_INF, keys)
 
 
 def _aligned_up(k: int) -> int:

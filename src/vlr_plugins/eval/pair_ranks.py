@@ -30,11 +30,12 @@ import torch
 
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import (
-    _BYTES_PER_ROW_ELEM,
+    TileKeys,
     gallery_scores,
     is_positive,
     positive_pairs,
     reranked_candidates,
+    rows_per_chunk,
 )
 
 __all__ = ["PairCounts", "row_pair_ranks"]
@@ -51,8 +52,8 @@ class PairCounts:
     positive ties another text of that tile; other tiles add to a worker's own counts.
     """
 
-    def __init__(self, matrix: ScoreMatrix, bounds: Sequence[int]) -> None:
-        self.matrix = matrix
+    def __init__(self, matrix: ScoreMatrix, bounds: Sequence[int], keys: TileKeys | None = None) -> None:
+        self.matrix, self.keys = matrix, keys
         per_item = matrix.first_text[1:] - matrix.first_text[:-1]
         self.slots = int(per_item.max())
         # texts are grouped by item here: text j is slot j - first_text[owner[j]] of its owner
@@ -72,8 +73,13 @@ class PairCounts:
     def diagonal(self, block: int, items: tuple[int, int], texts: tuple[int, int], positive: torch.Tensor,
                  scores: torch.Tensor, work: torch.Tensor, ones: torch.Tensor) -> None:
         """Block ``block``'s diagonal tile ``scores`` (its items x texts) with its texts'
-        ``positive`` scores: thresholds, ties and counts of its items (only theirs)."""
+        ``positive`` scores: thresholds, ties and counts of its items (only theirs); an item
+        with a positive whose score (a re-normalisation's key) is not finite is ranked row-wise."""
         (a0, a1), (t0, t1) = items, texts
+        if self.keys is not None:
+            not_finite = ~torch.isfinite(positive)
+            if bool(not_finite.any()):
+                self.redo[self.matrix.owner[t0:t1][not_finite]] = True
         threshold = self.threshold[:, a0:a1]
         threshold[self.slot[t0:t1], self.matrix.owner[t0:t1] - a0] = positive
         torch.nextafter(threshold, torch.tensor(-_INF, device=threshold.device), out=self.down[:, a0:a1])
@@ -102,38 +108,53 @@ class PairCounts:
         out = total[self.slot, self.matrix.owner].long()
         if bool(self.redo.any()):
             with exact_matmuls():
-                row_pair_ranks(self.matrix, self.redo.nonzero().flatten(), out)
+                row_pair_ranks(self.matrix, self.redo.nonzero().flatten(), out, keys=self.keys)
         return out
 
 
 def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
                    rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor] | None = None,
-                   rerank_k: int = 0, rerank_batch: int = 1) -> torch.Tensor:
+                   rerank_k: int = 0, rerank_batch: int = 1, keys: TileKeys | None = None) -> torch.Tensor:
     """``out[j]`` (``out``: (M,) long) for every text j of ``items`` (Q,): its 0-based rank in
-    its owner's row, each item scored against all texts in float32 (``matrix.chunk_size``
-    items at a time, default as many as ``max_chunk_bytes`` holds at 12 bytes per score);
-    with ``rerank``, after its top ``rerank_k`` are re-ordered as
-    :func:`~vlr_plugins.eval.row_ranks.row_ranks` does. Returns ``out``."""
+    its owner's row, each item scored against all texts in float32
+    (:func:`~vlr_plugins.eval.row_ranks.rows_per_chunk` items at a time); with ``rerank``,
+    after its top ``rerank_k`` are re-ordered as :func:`~vlr_plugins.eval.row_ranks.row_ranks`
+    does; with ``keys``, by a re-normalisation's keys (an item with a positive whose key is not
+    finite: by its float64 transformed scores). Returns ``out``."""
     n_texts = matrix.n_texts
-    per_chunk = matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_texts * _BYTES_PER_ROW_ELEM))
-    index = matrix.arange(n_texts)
+    per_chunk = rows_per_chunk(matrix, n_texts, keys)
     with exact_matmuls():
         for start in range(0, len(items), per_chunk):
             chunk = items[start:start + per_chunk]
-            scores = gallery_scores(matrix, matrix.items, chunk, matrix.texts)
-            position, text = positive_pairs(matrix, "i2t", chunk)  # grouped by position
-            slot = matrix.arange(len(position)) - torch.searchsorted(position, position)
-            for s in range(int(slot.max()) + 1):  # each query's s-th text at once, +inf for the others
-                pick = (slot == s).nonzero().flatten()
-                threshold = torch.full((len(chunk), 1), _INF, device=matrix.device)
-                own = torch.full((len(chunk), 1), -1, device=matrix.device, dtype=torch.long)
-                threshold[position[pick], 0] = scores[position[pick], text[pick]]
-                own[position[pick], 0] = text[pick]
-                ahead = ((scores > threshold) | ((scores == threshold) & (index < own))).sum(1)
-                out[text[pick]] = ahead[position[pick]]
+            raw = gallery_scores(matrix, matrix.items, chunk, matrix.texts)
+            scores = raw if keys is None else keys.rows("i2t", raw, chunk)
+            not_finite = _rank_pairs(matrix, chunk, scores, out)
+            if keys is not None and bool(not_finite.any()):
+                redo = not_finite.nonzero().flatten()
+                _rank_pairs(matrix, chunk[redo], keys.direct_rows("i2t", raw[redo], chunk[redo]), out)
             if rerank is not None:
                 k = min(rerank_k, n_texts)
                 candidates = reranked_candidates(matrix, "i2t", chunk, scores, rerank, k, rerank_batch)
                 row, place = is_positive(matrix, "i2t", chunk, candidates).nonzero(as_tuple=True)
                 out[candidates[row, place]] = place
     return out
+
+
+def _rank_pairs(matrix: ScoreMatrix, items: torch.Tensor, scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[j]`` for every text j of ``items`` (Q,): its rank by ``scores`` (Q, M) in its owner's
+    row (lower index ahead on ties). Returns (Q,) whether an item has a positive whose score is
+    not finite."""
+    index = matrix.arange(matrix.n_texts)
+    position, text = positive_pairs(matrix, "i2t", items)  # grouped by position
+    slot = matrix.arange(len(position)) - torch.searchsorted(position, position)
+    not_finite = torch.zeros(len(items), dtype=torch.bool, device=matrix.device)
+    not_finite[position[~torch.isfinite(scores[position, text])]] = True
+    for s in range(int(slot.max()) + 1):  # each query's s-th text at once, +inf for the others
+        pick = (slot == s).nonzero().flatten()
+        threshold = torch.full((len(items), 1), _INF, device=matrix.device, dtype=scores.dtype)
+        own = torch.full((len(items), 1), -1, device=matrix.device, dtype=torch.long)
+        threshold[position[pick], 0] = scores[position[pick], text[pick]]
+        own[position[pick], 0] = text[pick]
+        ahead = ((scores > threshold) | ((scores == threshold) & (index < own))).sum(1)
+        out[text[pick]] = ahead[position[pick]]
+    return not_finite

@@ -27,6 +27,7 @@ from vlr_plugins.eval.graded_metrics import graded_rank_metrics
 from vlr_plugins.eval.metric_names import GRADED, parse_rank_metric
 from vlr_plugins.eval.pair_ranks import row_pair_ranks
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
+from vlr_plugins.eval.renorm import Renorm, renorm_keys
 from vlr_plugins.eval.row_ranks import row_ranks
 
 __all__ = ["retrieval_recall"]
@@ -50,6 +51,7 @@ def retrieval_recall(
     rerank_batch: int = 64,
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     rank_metrics: Sequence[str] = (),
+    renorm: Renorm | None = None,
 ) -> dict:
     """Recall@k (percent) in both directions, streamed in bounded memory.
 
@@ -102,6 +104,16 @@ def retrieval_recall(
     ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)`` are exact, so MdR, MnR and MRR@k with
     k > max(ks), and mAP@k / nDCG@k (every positive's rank), are refused there.
 
+    ``renorm``: rank by re-normalised scores (:mod:`vlr_plugins.eval.renorm`):
+    ``DualSoftmax(temperature=100)`` (dual softmax, both directions) or
+    ``QueryBankNorm(text_bank=..., item_bank=..., beta=20, k=1)`` (QB-Norm with a bank of
+    queries per direction); the result then records it as ``renorm`` (e.g. ``{"method": "dsl",
+    "temperature": 100.0}``). Exact, in two tiled passes over the matrix (the statistics, then
+    the ranks on the transformed scores; plus one over each bank x gallery), memory bounded as
+    without it (a third tile buffer, counted in ``max_chunk_bytes``). With texts not grouped by
+    item each direction is ranked row-wise (a chunk of queries x the whole gallery at a time).
+    Refused with ``rerank`` and in fp16 / bf16.
+
     Ties: a candidate with the same score as the positive ranks ahead of it only if its
     gallery index is lower, so results are the same on every run and device.
     """
@@ -132,12 +144,19 @@ def retrieval_recall(
         if precision != "fp32" and (k is None or k > max(ks)):
             raise ValueError(f"rank metric {name!r} needs ranks beyond max(ks) = {max(ks)}, which precision="
                              f"{precision!r} does not make exact; use precision='fp32'")
+    if renorm is not None and rerank is not None:
+        raise ValueError("renorm cannot be combined with rerank: re-ranking re-scores the first stage's top "
+                         "candidates, re-normalisation replaces the first stage's scores; use one of them")
+    if renorm is not None and precision != "fp32":
+        raise ValueError(f"renorm needs precision='fp32' (its transformed scores are computed from float32 "
+                         f"scores), found precision={precision!r}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
     pairs = None
+    keys = renorm_keys(renorm, matrix) if renorm is not None else None
     if rerank is not None:
         if graded:  # the best text's rank is the least of its item's texts' ranks
             pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
@@ -147,10 +166,18 @@ def retrieval_recall(
             i2t = row_ranks(matrix, "i2t", matrix.arange(n), rerank, rerank_k, rerank_batch)
         t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), rerank, rerank_k, rerank_batch)
     elif precision == "fp32":
-        bounds = diagonal_blocks(matrix)
+        bounds = diagonal_blocks(matrix, buffers=2 if keys is None else 3)
         if bounds is not None:
-            i2t, t2i, *found = grouped_ranks(matrix, bounds, pair_ranks=graded)
+            i2t, t2i, *found = grouped_ranks(matrix, bounds, pair_ranks=graded, keys=keys)
             pairs = found[0] if graded else None
+        elif keys is not None:  # row-wise, each direction: a chunk of queries x the whole gallery
+            if graded:
+                pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
+                                       device=device), keys=keys)
+                i2t = _least_per_item(pairs, matrix.owner, n)
+            else:
+                i2t = row_ranks(matrix, "i2t", matrix.arange(n), keys=keys)
+            t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), keys=keys)
         else:
             i2t, t2i = exact_ranks(matrix)
             if graded:
@@ -172,6 +199,8 @@ def retrieval_recall(
             graded_values = graded_rank_metrics(pair_ranks.cpu(), query.cpu(), len(ranks), graded_names)
             out.update({f"{name}_{metric}": value for metric, value in graded_values.items()})
     out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
+    if renorm is not None:
+        out["renorm"] = renorm.record()
     if return_ranks:
         out["i2t_ranks"], out["t2i_ranks"] = i2t.cpu(), t2i.cpu()
         if pairs is not None:

@@ -13,6 +13,7 @@ positives' included, comes from that one computation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -20,6 +21,30 @@ from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls
 
 _INF = float("inf")
 _BYTES_PER_ROW_ELEM = 12  # a float32 score and the boolean masks of the rank comparison
+_BYTES_PER_KEY_ELEM = 8  # with a re-normalisation: its keys and their scratch row
+
+
+class TileKeys(Protocol):
+    """A re-normalisation's transformed scores (:mod:`~vlr_plugins.eval.renorm_keys`): of a
+    tile, per direction, and of whole rows (``rows``; ``direct_rows`` in float64 for a query
+    whose positive's key is not finite)."""
+
+    def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
+                 spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor: ...
+
+    def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
+                 spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor: ...
+
+    def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor: ...
+
+    def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor: ...
+
+
+def rows_per_chunk(matrix: ScoreMatrix, n_gallery: int, keys: TileKeys | None) -> int:
+    """Queries per chunk of whole rows: ``matrix.chunk_size``, else as many as
+    ``max_chunk_bytes`` holds (12 bytes per score, 8 more with ``keys``)."""
+    per_elem = _BYTES_PER_ROW_ELEM + (_BYTES_PER_KEY_ELEM if keys is not None else 0)
+    return matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_gallery * per_elem))
 
 
 def query_and_gallery(matrix: ScoreMatrix, direction: str) -> tuple[UnitRows, UnitRows]:
@@ -76,38 +101,53 @@ def top_candidates(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
               rerank: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor] | None = None,
-              rerank_k: int = 0, rerank_batch: int = 1) -> torch.Tensor:
+              rerank_k: int = 0, rerank_batch: int = 1, keys: TileKeys | None = None) -> torch.Tensor:
     """(Q,) exact 0-based ranks of ``queries`` (Q,) in ``direction`` (``"i2t"``: items
     among texts, ``"t2i"``: texts among items), each scored against the whole gallery in
     float32; with ``rerank``, after re-ordering its top ``rerank_k`` candidates by the
-    re-ranker's scores (see :func:`~vlr_plugins.eval.retrieval_recall`).
+    re-ranker's scores (see :func:`~vlr_plugins.eval.retrieval_recall`); with ``keys``, by a
+    re-normalisation's keys of those scores (a query whose best positive's key is not finite:
+    by its float64 transformed scores).
 
-    Queries go ``matrix.chunk_size`` at a time (default: as many as ``max_chunk_bytes``
-    holds at 12 bytes per score). Ties with the best positive go to the lower index.
+    Queries go :func:`rows_per_chunk` at a time. Ties with the best positive go to the lower index.
     """
     query_side, gallery = query_and_gallery(matrix, direction)
     n_gallery = len(gallery)
     ranks = torch.empty(len(queries), dtype=torch.long, device=matrix.device)
     k = min(rerank_k, n_gallery)
-    per_chunk = matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_gallery * _BYTES_PER_ROW_ELEM))
+    per_chunk = rows_per_chunk(matrix, n_gallery, keys)
     with exact_matmuls():
         for start in range(0, len(queries), per_chunk):
             chunk = queries[start:start + per_chunk]
-            scores = gallery_scores(matrix, query_side, chunk, gallery)
-            position, positive = positive_pairs(matrix, direction, chunk)
-            positive_score = scores[position, positive]
-            best_score = torch.full((len(chunk),), -_INF, device=matrix.device).scatter_reduce_(
-                0, position, positive_score, "amax")
-            is_best = positive_score == best_score[position]
-            best_positive = torch.full((len(chunk),), n_gallery, device=matrix.device).scatter_reduce_(
-                0, position[is_best], positive[is_best], "amin")
-            best = best_score[:, None]
-            before_best = matrix.arange(n_gallery) < best_positive[:, None]
-            rank = ((scores > best) | ((scores == best) & before_best)).sum(1)
+            raw = gallery_scores(matrix, query_side, chunk, gallery)
+            scores = raw if keys is None else keys.rows(direction, raw, chunk)
+            rank, best_score = _best_positive_ranks(matrix, direction, chunk, scores)
+            if keys is not None and not bool(torch.isfinite(best_score).all()):
+                redo = (~torch.isfinite(best_score)).nonzero().flatten()
+                direct = keys.direct_rows(direction, raw[redo], chunk[redo])
+                rank[redo] = _best_positive_ranks(matrix, direction, chunk[redo], direct)[0]
             if rerank is not None:
                 rank = _rerank(matrix, direction, chunk, scores, rank, rerank, k, rerank_batch)
             ranks[start:start + per_chunk] = rank
     return ranks
+
+
+def _best_positive_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
+                         scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q,) each query's rank by ``scores`` (Q, G), lower index ahead on ties, and (Q,) its best
+    positive's score (a NaN score counts as -inf)."""
+    n_gallery = scores.shape[1]
+    position, positive = positive_pairs(matrix, direction, queries)
+    positive_score = scores[position, positive]
+    positive_score = torch.where(torch.isnan(positive_score), -_INF, positive_score)
+    best_score = torch.full((len(queries),), -_INF, device=matrix.device, dtype=scores.dtype).scatter_reduce_(
+        0, position, positive_score, "amax")
+    is_best = positive_score == best_score[position]
+    best_positive = torch.full((len(queries),), n_gallery, device=matrix.device).scatter_reduce_(
+        0, position[is_best], positive[is_best], "amin")
+    best = best_score[:, None]
+    before_best = matrix.arange(n_gallery) < best_positive[:, None]
+    return ((scores > best) | ((scores == best) & before_best)).sum(1), best_score
 
 
 def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: torch.Tensor,

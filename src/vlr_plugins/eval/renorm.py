@@ -1,0 +1,121 @@
+"""Inference-time re-normalisation of the score matrix: dual softmax and QB-Norm, exact in the
+engine (``retrieval_recall(..., renorm=...)``).
+
+S is the cosine score matrix (items x texts). Each method replaces the scores a query ranks its
+gallery by with transformed ones; ranks are read per direction under the engine's tie rule
+(equal transformed scores: the lower gallery index ahead).
+
+* :class:`DualSoftmax` (DSL; CAMoE, Cheng et al. 2021; DRL, Wang et al. 2022; TS2-Net, Liu et
+  al. 2022: their inference code is ``sims * softmax(sims * temp, dim=0)``): text-to-image ranks
+  item i for text j by ``T(i, j) = s_ij exp(tau s_ij - L_i)``, L_i the log-sum-exp of ``tau s_ij'``
+  over all texts j'; image-to-text ranks text j for item i by ``s_ij exp(tau s_ij - L'_j)``, L'_j
+  over all items.
+* :class:`QueryBankNorm` (QB-Norm, Bogolin et al., CVPR 2022; its official code,
+  ioanacroi/qb-norm ``dynamic_inverted_softmax.py``, ``qb_norm``): a bank of queries of one
+  direction (e.g. training captions for text-to-image) gives ``Z_g = sum_b exp(beta s_bg)`` per
+  gallery entry and the activation set (gallery entries in the top k of some bank query); a test
+  query whose raw top-1 (lower index on ties) is in the set ranks by ``exp(beta s_qg) / Z_g``,
+  the others by their raw scores.
+
+How they are computed exactly: :mod:`~vlr_plugins.eval.renorm_pass` (the statistics, one tiled
+pass over the matrix and one over bank x gallery) and :mod:`~vlr_plugins.eval.renorm_keys`
+(the transformed scores of a tile or a row, the same float32 operations for both).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from vlr_plugins.eval._tiles import ScoreMatrix
+from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankKeys
+from vlr_plugins.eval.renorm_pass import bank_pass, test_pass
+
+__all__ = ["DualSoftmax", "QueryBankNorm", "Renorm", "renorm_keys", "renorm_record"]
+
+
+@dataclass(frozen=True)
+class DualSoftmax:
+    """Dual softmax (DSL) at inference: ``sims * softmax(sims * temperature, dim=0)`` per
+    direction. ``temperature`` multiplies the cosine scores (100 in CAMoE's, DRL's and TS2-Net's
+    inference code, which score unit vectors); the ``* len(sims)`` some repositories add does not
+    change ranks."""
+
+    temperature: float = 100.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and 0 < self.temperature <= 300):
+            raise ValueError(f"DualSoftmax temperature must lie in (0, 300], found {self.temperature!r}")
+
+    def record(self) -> dict:
+        return {"method": "dsl", "temperature": float(self.temperature)}
+
+
+@dataclass(frozen=True)
+class QueryBankNorm:
+    """QB-Norm with the dynamic inverted softmax. ``text_bank`` (B, D): queries of the
+    text-to-image direction (e.g. the training captions' embeddings), ``item_bank`` (B', D): of
+    image-to-text; either or both. ``beta`` and ``k`` as in the official code (defaults 20 and 1:
+    its ``--beta`` and ``--k``)."""
+
+    text_bank: torch.Tensor | None = field(default=None, repr=False)
+    item_bank: torch.Tensor | None = field(default=None, repr=False)
+    beta: float = 20.0
+    k: int = 1
+
+    def __post_init__(self) -> None:
+        if self.text_bank is None and self.item_bank is None:
+            raise ValueError("QueryBankNorm needs a text_bank (text-to-image), an item_bank (image-to-text) or both")
+        for name in ("text_bank", "item_bank"):
+            bank = getattr(self, name)
+            if bank is not None and (not isinstance(bank, torch.Tensor) or bank.ndim != 2 or len(bank) == 0):
+                shape = tuple(bank.shape) if isinstance(bank, torch.Tensor) else type(bank).__name__
+                raise ValueError(f"QueryBankNorm {name} must be a non-empty (B, D) tensor, found {shape}")
+        if not (math.isfinite(self.beta) and 0 < self.beta <= 300):
+            raise ValueError(f"QueryBankNorm beta must lie in (0, 300], found {self.beta!r}")
+        if int(self.k) != self.k or self.k < 1:
+            raise ValueError(f"QueryBankNorm k must be an integer >= 1, found {self.k!r}")
+
+    def check_dim(self, dim: int) -> None:
+        """ValueError when a bank's dimension is not the embeddings' ``dim``."""
+        for name in ("text_bank", "item_bank"):
+            bank = getattr(self, name)
+            if bank is not None and bank.shape[1] != dim:
+                raise ValueError(f"QueryBankNorm {name} has dimension {bank.shape[1]}, the embeddings {dim}")
+
+    def record(self) -> dict:
+        return {"method": "qbnorm", "beta": float(self.beta), "k": int(self.k),
+                "text_bank": None if self.text_bank is None else len(self.text_bank),
+                "item_bank": None if self.item_bank is None else len(self.item_bank)}
+
+
+Renorm = DualSoftmax | QueryBankNorm
+
+
+def renorm_record(renorm: Renorm | None) -> dict | None:
+    """What a result records of ``renorm``: e.g. ``{"method": "dsl", "temperature": 100.0}``."""
+    return None if renorm is None else renorm.record()
+
+
+def renorm_keys(renorm: Renorm, matrix: ScoreMatrix) -> DualSoftmaxKeys | QueryBankKeys:
+    """The statistics of ``renorm`` over ``matrix`` (one tiled pass over the matrix, and one
+    over each bank x its gallery), as the keys the rank passes compare."""
+    if isinstance(renorm, DualSoftmax):
+        found = test_pass(matrix, tau2=renorm.temperature / math.log(2.0))
+        return DualSoftmaxKeys(renorm.temperature, found["item_lse"], found["text_lse"])
+    if not isinstance(renorm, QueryBankNorm):
+        raise TypeError(f"renorm must be a DualSoftmax or a QueryBankNorm, found {type(renorm).__name__}")
+    renorm.check_dim(matrix.dim)
+    banks = (renorm.text_bank, renorm.item_bank)
+    found = test_pass(matrix, top1=tuple(bank is not None for bank in banks))
+    beta2 = renorm.beta / math.log(2.0)
+    directions = []
+    for bank, gallery, top1 in zip(banks, (matrix.items, matrix.texts), ("t2i_top1", "i2t_top1")):
+        if bank is None:
+            directions.append(None)
+            continue
+        log_z, active = bank_pass(matrix, bank, gallery, beta2, int(renorm.k))
+        directions.append((log_z, active[found[top1]]))
+    return QueryBankKeys(renorm.beta, *directions)

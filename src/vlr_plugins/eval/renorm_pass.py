@@ -1,0 +1,164 @@
+"""The statistics a re-normalisation needs before any rank (:mod:`~vlr_plugins.eval.renorm`),
+each from one tiled pass in bounded memory.
+
+* :func:`test_pass`: one pass over the (items x texts) matrix, both directions at once, in the
+  tiles of :class:`~vlr_plugins.eval._tiles.ScoreMatrix` (shared among the CPU workers): for the
+  dual softmax every item's and every text's log2-sum-exp2 of ``s tau / ln 2``, for QB-Norm every
+  query's raw top-1 (the lowest index on ties).
+* :func:`bank_pass`: bank x gallery tiles: ``log2 Z_g`` of every gallery entry and the gallery
+  entries in the top k of some bank query (ties: the lower index).
+
+Log-sum-exps are merged online: per tile each row and each column is shifted by its own
+maximum (so the sums cannot underflow, and a row's contribution depends only on that row of
+the tile: exact duplicates get equal bits), the contributions are added in float64 by
+``logaddexp2`` in whatever order the workers visit the tiles, and the total is rounded to
+float32 once: so the order shows only when a total lies within ~1e-16 of a float32 rounding
+boundary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
+from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
+from vlr_plugins.eval.row_ranks import top_candidates
+
+__all__ = ["bank_pass", "test_pass"]
+
+_INF = float("inf")
+
+
+def _lse_rows(shifted: torch.Tensor, work: torch.Tensor, dim: int) -> torch.Tensor:
+    """float64 log2-sum-exp2 along ``dim`` of ``work`` (R, C): ``shifted`` is overwritten."""
+    peak = work.amax(dim=dim, keepdim=True)
+    torch.sub(work, peak, out=shifted)
+    return shifted.exp2_().sum(dim).double().log2_() + peak.squeeze(dim).double()
+
+
+def _merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
+    """In place: (best, arg) = (value, index) where value is higher, or equal at a lower index."""
+    better = (value > best) | ((value == best) & (index < arg))
+    best.copy_(torch.where(better, value, best))
+    arg.copy_(torch.where(better, index, arg))
+
+
+class _Worker:
+    def __init__(self, matrix: ScoreMatrix, lse: bool, top1: tuple[bool, bool]) -> None:
+        device, n, m = matrix.device, matrix.n_items, matrix.n_texts
+        self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
+        self.work = torch.empty_like(self.scores)
+        self.loaded, self.n_cols = -1, 0
+        self.lse = [torch.full((k,), -_INF, dtype=torch.float64, device=device) for k in (n, m)] if lse else None
+        # [text-to-image: each text's best item, image-to-text: each item's best text] as (value, index)
+        self.top1 = [(torch.full((k,), -_INF, device=device), torch.full((k,), g, dtype=torch.long, device=device))
+                     if wanted else None for wanted, k, g in zip(top1, (m, n), (n, m))]
+
+
+def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, bool] = (False, False)) -> dict:
+    """One pass over every tile. ``tau2``: also ``item_lse`` (N,) and ``text_lse`` (M,), float32
+    log2-sum-exp2 of ``s tau2`` over each item's texts and each text's items. ``top1`` =
+    (text-to-image, image-to-text): also ``t2i_top1`` (M,) each text's best item and / or
+    ``i2t_top1`` (N,) each item's best text (raw scores, lowest index on ties)."""
+    n_items, n_texts, ti, tt = matrix.n_items, matrix.n_texts, matrix.tile_items, matrix.tile_texts
+    n_row_tiles, n_col_tiles = -(-n_items // ti), -(-n_texts // tt)
+
+    def column_part(worker: _Worker, task: tuple[int, range]) -> None:
+        col, rows = task
+        t0 = col * tt
+        if worker.loaded != col:
+            worker.n_cols = matrix.texts.load(slice(t0, t0 + tt), worker.text_rows)
+            worker.loaded = col
+        for row in rows:
+            a0 = row * ti
+            n_rows = matrix.items.load(slice(a0, a0 + ti), worker.item_rows)
+            torch.mm(worker.item_rows, worker.text_rows.T, out=worker.scores)
+            s, w = worker.scores[:n_rows, :worker.n_cols], worker.work[:n_rows, :worker.n_cols]
+            t1, a1 = t0 + worker.n_cols, a0 + n_rows
+            if worker.top1[0] is not None:
+                value, index = s.max(dim=0)
+                _merge_best(worker.top1[0][0][t0:t1], worker.top1[0][1][t0:t1], value, index + a0)
+            if worker.top1[1] is not None:
+                value, index = s.max(dim=1)
+                _merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
+            if worker.lse is not None:
+                torch.mul(s, tau2, out=w)
+                item_lse, text_lse = worker.lse
+                torch.logaddexp2(item_lse[a0:a1], _lse_rows(s, w, 1), out=item_lse[a0:a1])
+                torch.logaddexp2(text_lse[t0:t1], _lse_rows(s, w, 0), out=text_lse[t0:t1])
+
+    workers = [_Worker(matrix, tau2 is not None, top1)
+               for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
+    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
+    tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
+    with exact_matmuls(), one_thread_per_worker(len(workers)):
+        visit_in_parallel(tasks, column_part, workers)
+    first, out = workers[0], {}
+    for other in workers[1:]:
+        if first.lse is not None:
+            for total, part in zip(first.lse, other.lse):
+                torch.logaddexp2(total, part, out=total)
+        for mine, theirs in zip(first.top1, other.top1):
+            if mine is not None:
+                _merge_best(*mine, *theirs)
+    if first.lse is not None:
+        out["item_lse"], out["text_lse"] = (lse.float() for lse in first.lse)
+    for name, found in zip(("t2i_top1", "i2t_top1"), first.top1):
+        if found is not None:
+            out[name] = found[1]
+    return out
+
+
+def _merge_top(values: torch.Tensor, index: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's k best of (values, index) (R, C): by value, then by lower index."""
+    order = torch.argsort(index, dim=1, stable=True)
+    values, index = values.gather(1, order), index.gather(1, order)
+    order = torch.argsort(-values, dim=1, stable=True)[:, :k]
+    return values.gather(1, order), index.gather(1, order)
+
+
+def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2: float,
+              k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(G,) float32 log2 Z_g = log2 sum_b exp2(beta2 s_bg) of every entry of ``gallery`` over the
+    queries of ``bank`` (B, D), and (G,) whether the entry is among the ``k`` best (by raw score,
+    lower index on ties) of at least one bank query."""
+    device, n_gallery = matrix.device, len(gallery)
+    queries = UnitRows(bank, device)
+    k = min(k, n_gallery)
+    rows, cols = tile_shape(len(queries), n_gallery, max_chunk_bytes=matrix.max_chunk_bytes // matrix.workers,
+                            device=device, threads=1 if matrix.workers > 1 else None)
+    blocks = list(range(0, len(queries), rows))
+    top = torch.empty(len(queries), k, dtype=torch.long, device=device)
+
+    class Worker:
+        def __init__(self) -> None:
+            self.query_rows = torch.empty(rows, matrix.dim, device=device)
+            self.gallery_rows = torch.empty(cols, matrix.dim, device=device)
+            self.scores, self.work = (torch.empty(rows, cols, device=device) for _ in range(2))
+            self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)
+
+    def block(worker: Worker, b0: int) -> None:
+        n_rows = queries.load(slice(b0, b0 + rows), worker.query_rows)
+        best = torch.full((n_rows, k), -_INF, device=device)
+        best_index = torch.full((n_rows, k), n_gallery, dtype=torch.long, device=device)
+        for g0 in range(0, n_gallery, cols):
+            n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows)
+            torch.mm(worker.query_rows, worker.gallery_rows.T, out=worker.scores)
+            s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
+            index = top_candidates(s, min(k, n_cols))
+            best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
+                                          torch.cat([best_index, index + g0], 1), k)
+            torch.mul(s, beta2, out=w)
+            g1 = g0 + n_cols
+            torch.logaddexp2(worker.log_z[g0:g1], _lse_rows(s, w, 0), out=worker.log_z[g0:g1])
+        top[b0:b0 + n_rows] = best_index
+
+    workers = [Worker() for _ in range(max(1, min(matrix.workers, len(blocks))))]
+    with exact_matmuls(), one_thread_per_worker(len(workers)):
+        visit_in_parallel(blocks, block, workers)
+    log_z = workers[0].log_z
+    for other in workers[1:]:
+        torch.logaddexp2(log_z, other.log_z, out=log_z)
+    active = torch.zeros(n_gallery, dtype=torch.bool, device=device)
+    active[top.flatten()] = True
+    return log_z.float(), active
