@@ -47,13 +47,15 @@ from dataclasses import dataclass
 import torch
 
 from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
-from vlr_plugins.eval._tiles import UnitRows, exact_matmuls, tile_budget, tile_shape
+from vlr_plugins.eval._tiles import UnitRows, exact_matmuls, tile_budget
 
 __all__ = ["BLOCK", "MinedNegatives", "mine_hard_negatives", "positives_csr"]
 
 #: gallery columns per block whose maximum is compared with the entry threshold
 BLOCK = 32
 _INF = float("inf")
+#: a tile's gallery columns per query row
+ASPECT = 1
 
 
 @dataclass(frozen=True)
@@ -156,13 +158,12 @@ class _Miner:
         self.offsets, self.pos_indices = offsets, pos_indices.to(device)
         self.depth, self.margin, self.device = depth, margin, device
         n_workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device), device)
-        rows, _ = tile_shape(max(1, self.n_queries), self.n_gallery, device=device,
-                             max_chunk_bytes=max_chunk_bytes // n_workers, chunk_size=chunk_size,
-                             threads=1 if n_workers > 1 else None)
-        if n_workers > 1:  # at least one block per worker
-            rows = max(1, min(rows, -(-self.n_queries // n_workers)))
         budget = tile_budget(max_chunk_bytes=max_chunk_bytes // n_workers, device=device,
                              threads=1 if n_workers > 1 else None)
+        # square tiles: the gallery rows' normalisation and a tile's fixed costs are spread
+        # over as many queries as the tile holds gallery entries
+        rows = min(chunk_size or max(1, math.isqrt(budget // ASPECT)), budget // BLOCK)
+        rows = max(1, min(rows, -(-self.n_queries // n_workers)))  # at least one block per worker
         most = max(BLOCK, (budget // rows) // BLOCK * BLOCK)
         pieces = -(-self.n_gallery // most)
         self.rows, self.cols = rows, -(-(-(-self.n_gallery // pieces)) // BLOCK) * BLOCK
@@ -290,11 +291,17 @@ class _Miner:
         hits = (maxima >= floor[:, None]).nonzero()
         if len(hits) == 0:
             return
-        rows = hits[:, 0:1].expand(-1, BLOCK)
-        cols = hits[:, 1:2] * BLOCK + self.block_offsets
-        values = tile[rows, cols]
-        keep = (values >= floor[rows]) & (cols < n) & (values <= ceiling[rows])
-        rows, cols, values = rows[keep], cols[keep] + c0, values[keep]
+        hit_rows = hits[:, 0]
+        values = tile.view(-1, BLOCK).index_select(0, hit_rows * (self.cols // BLOCK) + hits[:, 1])
+        mask = values >= floor[hit_rows, None]
+        if self.margin is not None:
+            mask &= values <= ceiling[hit_rows, None]
+        at, lane = mask.nonzero(as_tuple=True)
+        rows, cols, values = hit_rows[at], hits[at, 1] * BLOCK + lane, values[at, lane]
+        if n < self.cols:  # the padding past the gallery's end
+            inside = cols < n
+            rows, cols, values = rows[inside], cols[inside], values[inside]
+        cols += c0
         if len(pos_keys_sorted):
             keys = rows * self.n_gallery + cols
             at = torch.searchsorted(pos_keys_sorted, keys).clamp_(max=len(pos_keys_sorted) - 1)
@@ -302,22 +309,25 @@ class _Miner:
             rows, cols, values = rows[keep], cols[keep], values[keep]
         if len(rows) == 0:
             return
-        touched = torch.unique(rows)
+        touched, per_row = torch.unique_consecutive(rows, return_counts=True)
         depth = self.depth
         all_rows = torch.cat([touched.repeat_interleave(depth), rows])
         all_values = torch.cat([top_scores[touched].flatten(), values])
         all_idx = torch.cat([top_idx[touched].flatten(), cols])
-        # lexicographic (row, -score, index): stable sorts from the last key to the first
-        order = torch.argsort(all_idx, stable=True)
-        order = order[torch.argsort(all_values[order], descending=True, stable=True)]
-        order = order[torch.argsort(all_rows[order], stable=True)]
-        all_rows, all_values, all_idx = all_rows[order], all_values[order], all_idx[order]
-        slot = torch.searchsorted(touched, all_rows)
-        first = torch.searchsorted(all_rows, touched)
-        rank = torch.arange(len(all_rows), device=self.device) - first[slot]
-        keep = rank < depth
-        new_scores = torch.full((len(touched), depth), -_INF, device=self.device)
-        new_idx = torch.full((len(touched), depth), -1, dtype=torch.long, device=self.device)
-        new_scores[slot[keep], rank[keep]] = all_values[keep]
-        new_idx[slot[keep], rank[keep]] = all_idx[keep]
-        top_scores[touched], top_idx[touched] = new_scores, new_idx
+        # one stable sort by (row, score descending): the lists (lower indices, in order) come
+        # first and the candidates in index order, so equal keys stay in index order
+        order = torch.argsort(all_rows * 2**32 + _descending_key(all_values), stable=True)
+        all_values, all_idx = all_values[order], all_idx[order]
+        # row i of touched now holds depth + per_row[i] entries, of which the first depth stay
+        starts = torch.cumsum(per_row + depth, 0) - (per_row + depth)
+        take = (starts[:, None] + torch.arange(depth, device=self.device)).flatten()
+        top_scores[touched] = all_values[take].view(-1, depth)
+        top_idx[touched] = all_idx[take].view(-1, depth)
+
+
+def _descending_key(values: torch.Tensor) -> torch.Tensor:
+    """int64 in [0, 2^32) ordering float32 ``values`` (no nan) descending; -0.0 and 0.0
+    equal (as their comparison is)."""
+    bits = (values + 0.0).view(torch.int32).long()  # + 0.0 turns -0.0 into 0.0
+    ordered = torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)  # a monotone integer image of the float
+    return 2**31 - 1 - ordered
