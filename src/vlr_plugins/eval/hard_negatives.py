@@ -8,7 +8,7 @@ a running list of its best ``L = range_min + k`` candidates (at most ``range_max
 ordered by score descending, ties by lower gallery index. Because the tiles come in index
 order, a later candidate enters only with a score strictly above the list's last one (on
 a tie the earlier index wins), so a tile is reduced to its few entering candidates: the
-maxima of blocks of :data:`BLOCK` columns are compared with that threshold, and only the
+maxima of blocks of columns (:meth:`_Miner.block_maxima`) are compared with that threshold, and only the
 blocks above it are read. A list not yet full (a block's first tile) takes as its
 threshold the L-th largest block maximum of the tile row (at least L scores reach it), so
 that even then only a few candidates per query are sorted. Memory: O(Q * L) for the lists
@@ -47,15 +47,14 @@ from dataclasses import dataclass
 import torch
 
 from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
-from vlr_plugins.eval._tiles import UnitRows, exact_matmuls, tile_budget
+from vlr_plugins.eval._tiles import BYTES_PER_TILE_ELEM, UnitRows, exact_matmuls, tile_budget
 
-__all__ = ["BLOCK", "MinedNegatives", "mine_hard_negatives", "positives_csr"]
+__all__ = ["MIN_BLOCKS", "MinedNegatives", "mine_hard_negatives", "positives_csr"]
 
-#: gallery columns per block whose maximum is compared with the entry threshold
-BLOCK = 32
+#: the fewest blocks a tile row is cut into (a multiple of 16: their maxima are taken 16
+#: floats at a time); at least as many as the running lists are long
+MIN_BLOCKS = 32
 _INF = float("inf")
-#: a tile's gallery columns per query row
-ASPECT = 1
 
 
 @dataclass(frozen=True)
@@ -158,20 +157,24 @@ class _Miner:
         self.offsets, self.pos_indices = offsets, pos_indices.to(device)
         self.depth, self.margin, self.device = depth, margin, device
         n_workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device), device)
+        # a worker's share of the budget, in float32 scores: the budget counts a tile and its
+        # work buffer (BYTES_PER_TILE_ELEM); here a tile has none
         budget = tile_budget(max_chunk_bytes=max_chunk_bytes // n_workers, device=device,
-                             threads=1 if n_workers > 1 else None)
+                             threads=1 if n_workers > 1 else None) * BYTES_PER_TILE_ELEM // 4
         # square tiles: the gallery rows' normalisation and a tile's fixed costs are spread
         # over as many queries as the tile holds gallery entries
-        rows = min(chunk_size or max(1, math.isqrt(budget // ASPECT)), budget // BLOCK)
+        # a tile row is cut into `blocks` blocks of columns b, b + blocks, b + 2 blocks, ...
+        self.blocks = blocks = max(MIN_BLOCKS, -(-depth // 16) * 16)
+        rows = min(chunk_size or max(1, math.isqrt(budget)), max(1, budget // blocks))
         rows = max(1, min(rows, -(-self.n_queries // n_workers)))  # at least one block per worker
-        most = max(BLOCK, (budget // rows) // BLOCK * BLOCK)
+        most = max(blocks, (budget // rows) // blocks * blocks)
         pieces = -(-self.n_gallery // most)
-        self.rows, self.cols = rows, -(-(-(-self.n_gallery // pieces)) // BLOCK) * BLOCK
-        blocks = -(-self.n_queries // rows)
-        self.workers = [_Worker(self) for _ in range(max(1, min(n_workers, blocks)))]
+        self.rows, self.cols = rows, -(-(-(-self.n_gallery // pieces)) // blocks) * blocks
+        self.workers = [_Worker(self) for _ in range(max(1, min(n_workers, -(-self.n_queries // rows))))]
         self.top_scores = torch.full((self.n_queries, depth), -_INF, device=device)
         self.top_idx = torch.full((self.n_queries, depth), -1, dtype=torch.long, device=device)
-        self.block_offsets = torch.arange(BLOCK, device=device)
+        self.ranks = torch.arange(depth, device=device)
+        self.lanes = torch.arange(8, device=device)
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         blocks = [torch.arange(a, min(a + self.rows, self.n_queries), device=self.device)
@@ -247,87 +250,89 @@ class _Miner:
             rounded = torch.where(rounded.double() > limit, torch.nextafter(rounded, torch.tensor(-_INF)), rounded)
             ceiling[:n_rows] = rounded
             seen = torch.empty_like(before)
-        pos_keys = pos_rows * self.n_gallery + pos_cols
-        pos_keys_sorted = torch.sort(pos_keys).values
-        tile_of_pos = pos_cols // self.cols
-        for c0 in range(0, self.n_gallery, self.cols):
+        # the positives of each gallery tile: pos_rows/pos_cols[bounds[t]:bounds[t + 1]]
+        starts = torch.arange(0, self.n_gallery + self.cols, self.cols, device=device)
+        bounds = torch.searchsorted(pos_cols, starts).tolist()
+        up, lowest = torch.tensor(_INF, device=device), -torch.finfo(torch.float32).max
+        full = False
+        for t, c0 in enumerate(range(0, self.n_gallery, self.cols)):
             tile, n = self.score(worker, slice(c0, min(c0 + self.cols, self.n_gallery)))
+            # positives and the padding past the gallery's end never enter
+            mine = slice(bounds[t], bounds[t + 1])
             if self.margin is not None:
-                inside = tile_of_pos == c0 // self.cols
-                seen[inside] = tile[pos_rows[inside], pos_cols[inside] - c0]
-            floor = torch.nextafter(top_scores[:, -1], torch.tensor(_INF, device=device))
+                seen[mine] = tile[pos_rows[mine], pos_cols[mine] - c0]
+            tile[pos_rows[mine], pos_cols[mine] - c0] = -_INF
+            if n < self.cols:
+                tile[:, n:] = -_INF
+            # a later index enters only above the last score (ties go to the lower index)
+            floor = torch.nextafter(top_scores[:, -1], up)
             floor[n_rows:] = _INF
-            filling = top_scores[:n_rows, -1] == -_INF
-            if bool(filling.any()):
-                first = self.first_floor(tile, n, pos_rows, pos_cols - c0, ceiling)
-                floor[:n_rows] = torch.where(filling, first[:n_rows], floor[:n_rows])
-            self.merge(tile, n, c0, floor, ceiling, pos_keys_sorted, top_scores, top_idx)
+            if not full:
+                filling = top_scores[:n_rows, -1] == -_INF
+                full = not bool(filling.any())
+                if not full:
+                    first = self.first_floor(tile, ceiling).clamp_(min=lowest)
+                    floor[:n_rows] = torch.where(filling, first[:n_rows], floor[:n_rows])
+            self.merge(tile, c0, floor, ceiling, top_scores, top_idx)
         self.top_scores[queries] = top_scores[:n_rows]
         self.top_idx[queries] = top_idx[:n_rows]
         if self.margin is not None and not torch.equal(seen, before):
             return queries[torch.unique(pos_rows[seen != before])]
         return None
 
-    def first_floor(self, tile, n, pos_rows, pos_local, ceiling) -> torch.Tensor:
-        """(R,) a threshold at most every row's depth-th largest admissible score in this
-        tile (the lowest finite float where fewer exist): the depth-th largest maximum of
-        a block of :data:`BLOCK` columns, once positives, padding and scores above the
-        ceiling are masked out of the tile (which changes nothing the merge keeps)."""
-        inside = (pos_local >= 0) & (pos_local < self.cols)
-        tile[pos_rows[inside], pos_local[inside]] = -_INF
-        tile[:, n:] = -_INF
+    def first_floor(self, tile: torch.Tensor, ceiling: torch.Tensor) -> torch.Tensor:
+        """(R,) at most every row's depth-th largest admissible score in this tile (-inf
+        where fewer exist): the depth-th largest of its blocks' maxima, once scores above
+        the ceiling are masked out of the tile (positives and padding are already; nothing
+        the merge keeps changes)."""
         if self.margin is not None:
             tile.masked_fill_(tile > ceiling[:, None], -_INF)
-        lowest = torch.tensor(-torch.finfo(torch.float32).max, device=self.device)
-        maxima = tile.view(self.rows, -1, BLOCK).amax(-1)
-        if maxima.shape[1] < self.depth:
-            return lowest.expand(self.rows)
-        return torch.maximum(torch.topk(maxima, self.depth, dim=1, sorted=False).values.amin(1), lowest)
+        maxima = self.block_maxima(tile)
+        return torch.topk(maxima, self.depth, dim=1, sorted=False).values.amin(1)
 
-    def merge(self, tile, n, c0, floor, ceiling, pos_keys_sorted, top_scores, top_idx) -> None:
-        """The tile's scores in [floor, ceiling] of every row, but positives and padding,
-        merged into the running lists (score descending, then lower index)."""
-        maxima = tile.view(self.rows, -1, BLOCK).amax(-1)
-        hits = (maxima >= floor[:, None]).nonzero()
-        if len(hits) == 0:
+    def block_maxima(self, tile: torch.Tensor) -> torch.Tensor:
+        """(R, blocks) the maximum of each block of a tile row (block b: columns b,
+        b + blocks, ...): an element-wise maximum of contiguous runs, 16 floats at a time."""
+        return tile.view(self.rows, -1, self.blocks).amax(1)
+
+    def merge(self, tile, c0, floor, ceiling, top_scores, top_idx) -> None:
+        """The tile's scores in [floor, ceiling] of every row merged into the running
+        lists (score descending, then lower index)."""
+        hit = (self.block_maxima(tile) >= floor[:, None]).view(-1)
+        # the blocks above the floor: the nonzero 8-byte words of the mask first (hits are few)
+        words = hit.view(torch.int64).nonzero().squeeze(1)
+        if len(words) == 0:
             return
-        hit_rows = hits[:, 0]
-        values = tile.view(-1, BLOCK).index_select(0, hit_rows * (self.cols // BLOCK) + hits[:, 1])
+        flat = (words[:, None] * 8 + self.lanes).flatten()
+        flat = flat[hit[flat]]
+        hit_rows, hit_blocks = flat // self.blocks, flat % self.blocks
+        values = tile.view(self.rows, -1, self.blocks)[hit_rows, :, hit_blocks]  # (H, members)
         mask = values >= floor[hit_rows, None]
         if self.margin is not None:
             mask &= values <= ceiling[hit_rows, None]
-        at, lane = mask.nonzero(as_tuple=True)
-        rows, cols, values = hit_rows[at], hits[at, 1] * BLOCK + lane, values[at, lane]
-        if n < self.cols:  # the padding past the gallery's end
-            inside = cols < n
-            rows, cols, values = rows[inside], cols[inside], values[inside]
-        cols += c0
-        if len(pos_keys_sorted):
-            keys = rows * self.n_gallery + cols
-            at = torch.searchsorted(pos_keys_sorted, keys).clamp_(max=len(pos_keys_sorted) - 1)
-            keep = pos_keys_sorted[at] != keys
-            rows, cols, values = rows[keep], cols[keep], values[keep]
-        if len(rows) == 0:
-            return
-        touched, per_row = torch.unique_consecutive(rows, return_counts=True)
+        at, member = mask.nonzero(as_tuple=True)
+        local = hit_blocks[at] + member * self.blocks
+        rows, values = hit_rows[at], values[at, member]
+        # in (row, index) order, as the tie rule needs
+        order = torch.argsort(rows * self.cols + local)
+        rows, cols, values = rows[order], local[order] + c0, values[order]
         depth = self.depth
+        touched, per_row = torch.unique_consecutive(rows, return_counts=True)
         all_rows = torch.cat([touched.repeat_interleave(depth), rows])
         all_values = torch.cat([top_scores[touched].flatten(), values])
         all_idx = torch.cat([top_idx[touched].flatten(), cols])
         # one stable sort by (row, score descending): the lists (lower indices, in order) come
         # first and the candidates in index order, so equal keys stay in index order
-        order = torch.argsort(all_rows * 2**32 + _descending_key(all_values), stable=True)
-        all_values, all_idx = all_values[order], all_idx[order]
+        order = torch.argsort(all_rows * 2**32 - _ordered_bits(all_values), stable=True)
         # row i of touched now holds depth + per_row[i] entries, of which the first depth stay
-        starts = torch.cumsum(per_row + depth, 0) - (per_row + depth)
-        take = (starts[:, None] + torch.arange(depth, device=self.device)).flatten()
+        held = per_row + depth
+        take = order[((torch.cumsum(held, 0) - held)[:, None] + self.ranks).flatten()]
         top_scores[touched] = all_values[take].view(-1, depth)
         top_idx[touched] = all_idx[take].view(-1, depth)
 
 
-def _descending_key(values: torch.Tensor) -> torch.Tensor:
-    """int64 in [0, 2^32) ordering float32 ``values`` (no nan) descending; -0.0 and 0.0
-    equal (as their comparison is)."""
-    bits = (values + 0.0).view(torch.int32).long()  # + 0.0 turns -0.0 into 0.0
-    ordered = torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)  # a monotone integer image of the float
-    return 2**31 - 1 - ordered
+def _ordered_bits(values: torch.Tensor) -> torch.Tensor:
+    """int64 image of float32 ``values`` (no nan) with the same order; -0.0 and 0.0 equal
+    (as their comparison is)."""
+    bits = (values + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into 0.0
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
