@@ -4,6 +4,7 @@ Pareto summary, frames per video benchmark) and result tables."""
 
 from vlr_plugins.eval.benchmarks import BenchmarkSpec, load_benchmark_specs, read_benchmark
 from vlr_plugins.eval.encode import encode_texts
+from vlr_plugins.eval.hard_negatives import MinedNegatives, mine_hard_negatives
 from vlr_plugins.eval.evaluate import evaluate_benchmarks, evaluate_retrieval_set, evaluate_splits
 from vlr_plugins.eval.models import TextModel, encode_with_model, match_reranker
 from vlr_plugins.eval.pareto import pareto_frontier, pareto_summary, plot_pareto
@@ -30,6 +31,7 @@ __all__ = [
     "BenchmarkProtocol",
     "BenchmarkSpec",
     "DualSoftmax",
+    "MinedNegatives",
     "QueryBankNorm",
     "TextModel",
     "check_store_sampling",
@@ -44,6 +46,7 @@ __all__ = [
     "list_tables",
     "load_benchmark_specs",
     "match_reranker",
+    "mine_hard_negatives",
     "pareto_frontier",
     "pareto_summary",
     "parse_rank_metric",
