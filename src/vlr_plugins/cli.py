@@ -30,6 +30,7 @@ _AREAS = (
     "vlr_plugins.integrations.mmengine_cli:add_cli",  # train
     "vlr_plugins.precompute.cli:add_cli",  # precompute
     "vlr_plugins.eval.cli:add_cli",  # eval
+    "vlr_plugins.mine.cli:add_cli",  # mine
     "vlr_plugins.hf_cli:add_export_cli",  # export
     "vlr_plugins.integrations.open_clip.cli:add_cli",  # openclip-train
     "vlr_plugins.integrations.lavis_cli:add_cli",  # lavis-train, lavis-eval, lavis-export

@@ -1,0 +1,186 @@
+"""``vlr mine``: exact hard negatives for a training corpus, in the format its trainer reads
+(docs/eval.md, "Hard-negative mining")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from vlr_plugins._argtypes import at_least, check_device, non_negative_int, positive_int
+from vlr_plugins.errors import UsageError
+
+__all__ = ["add_cli", "cmd_mine"]
+
+#: corpus format -> (suffixes it reads, suffix it writes)
+FORMATS = {"paragraph": ((".jsonl", ".json", ".parquet", ".csv", ".tsv"), ".jsonl"), "nli": ((".csv",), ".csv")}
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """The input exists, the output is a new file of the format's suffix, and not the input."""
+    reads, writes = FORMATS[args.format]
+    if not os.path.isfile(args.input):
+        raise UsageError("INPUT", f"{args.input}: no such file")
+    if Path(args.out).suffix.lower() != writes:
+        raise UsageError("--out", f"{args.format} corpora are written as {writes}; found {args.out}")
+    if os.path.exists(args.out) and os.path.samefile(args.out, args.input):
+        raise UsageError("--out", f"{args.out} is the input corpus: mining never overwrites its input; "
+                                  "give another path")
+    if os.path.isdir(args.out):
+        raise UsageError("--out", f"{args.out} is a folder; give a {writes} file")
+    if os.path.exists(args.out) and not args.overwrite:
+        raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
+
+
+def _check_window(args: argparse.Namespace) -> None:
+    if args.range_max is not None and args.range_max <= args.range_min:
+        raise UsageError("--range-max", f"must exceed --range-min ({args.range_min}), found {args.range_max}")
+
+
+def _task(args: argparse.Namespace):
+    """The corpus read and its mining task, checked against the options."""
+    from vlr_plugins.mine.corpora import nli_task, paragraph_task
+
+    if args.format == "nli":
+        for option, value in (("--query", args.query), ("--pool", args.pool), ("--image-embeddings",
+                                                                               args.image_embeddings)):
+            if value is not None:
+                raise UsageError(option, "is for paragraph corpora; an NLI corpus mines sent0 against every sent1")
+        if args.keep_existing:
+            raise UsageError("--keep-existing", "is for paragraph corpora (an NLI record has one hard_neg)")
+        from vlr_plugins.data.nli import read_nli_triplets
+
+        return nli_task(read_nli_triplets(args.input, on_empty="space"))
+    from vlr_plugins.data.sample import read_paragraph_samples
+
+    query = args.query or "caption"
+    if (query == "image") != (args.image_embeddings is not None):
+        raise UsageError("--image-embeddings", "is needed with --query image, and only there" if query == "image"
+                         else f"is for --query image; --query {query} embeds texts")
+    pool = [name.strip() for name in (args.pool or "caption,positives").split(",")]
+    try:
+        return paragraph_task(read_paragraph_samples(args.input), source=args.input, query=query, pool=pool,
+                              keep_existing=args.keep_existing)
+    except ValueError as e:
+        if type(e) is ValueError:
+            raise UsageError("--pool", str(e)) from None
+        raise
+
+
+def _check_positives(task, args: argparse.Namespace) -> None:
+    """With --margin every query needs a positive to measure from."""
+    if args.margin is None:
+        return
+    empty = [i for i, p in enumerate(task.positives) if not p]
+    if empty:
+        raise UsageError("--margin", f"{len(empty)} record(s) of {args.input} have no positive in the pool to "
+                                     f"measure the margin from, e.g. record {empty[0] + 1}; widen --pool or drop "
+                                     "--margin")
+
+
+def _embed_texts(args: argparse.Namespace, device: str):
+    """``texts, desc -> (n, D)`` of ``--model``: a checkpoint or blip: through its tokenizer at
+    ``--max-tokens`` (default its positions), any other text model through ``encode_text``."""
+    from vlr_plugins.eval.encode import encode_texts
+    from vlr_plugins.eval.models import encode_with_model
+    from vlr_plugins.specs import load_checked_text_encoder, load_text_model, load_text_tokenizer, text_model_source
+
+    if text_model_source(args.model) == "checkpoint":
+        encoder = load_checked_text_encoder(args.model, "--model").to(device)
+        tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.model)
+        positions = getattr(encoder, "max_positions", None)
+        if args.max_tokens is not None and positions is not None and args.max_tokens > positions:
+            raise UsageError("--max-tokens", f"{args.max_tokens} exceeds the text encoder's {positions} positions")
+        budget = args.max_tokens or positions or 77
+        return lambda texts, desc: encode_texts(encoder, tokenizer, texts, budget, batch_size=args.batch_size,
+                                                device=device, desc=desc)
+    if args.tokenizer:
+        raise UsageError("--tokenizer", f"{args.model} tokenizes its texts itself; --tokenizer is for `vlr train` "
+                                        "checkpoints and blip: models")
+    model = load_text_model(args.model, setting="--model", device=device, dtype=args.model_dtype)
+    return lambda texts, desc: encode_with_model(model, texts, max_tokens=args.max_tokens,
+                                                 batch_size=args.batch_size, desc=desc)
+
+
+def _query_embeddings(task, args: argparse.Namespace, embed):
+    if task.query_ids is None:
+        return embed(task.query_texts, "encode queries")
+    from vlr_plugins.data.embedding_store import EmbeddingStore
+
+    with EmbeddingStore(args.image_embeddings) as store:
+        store.check(task.query_ids)
+        return store.get(task.query_ids).float()
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    import torch
+
+    from vlr_plugins.eval.hard_negatives import mine_hard_negatives
+
+    _check_paths(args)
+    _check_window(args)
+    device = check_device(args.device)
+    task = _task(args)
+    _check_positives(task, args)
+    embed = _embed_texts(args, device)
+    with torch.inference_mode():
+        gallery = embed(task.gallery, "encode gallery")
+        queries = _query_embeddings(task, args, embed)
+    if queries.shape[1] != gallery.shape[1]:
+        raise UsageError("--image-embeddings", f"{args.image_embeddings} holds {queries.shape[1]}-d embeddings and "
+                                               f"{args.model} embeds texts in {gallery.shape[1]} dimensions: they "
+                                               "are not one space")
+    mined = mine_hard_negatives(queries, gallery, task.positives, k=args.num_negatives, range_min=args.range_min,
+                                range_max=args.range_max, margin=args.margin, device=device)
+    texts = [[task.gallery[j] for j in row if j >= 0] for row in mined.indices.tolist()]
+    summary = task.write(texts, args.out)
+    short = sum(1 for row in texts if len(row) < args.num_negatives)
+    print(f"mined {sum(len(row) for row in texts)} hard negatives for {len(task)} queries against "
+          f"{len(task.gallery)} texts ({short} with fewer than {args.num_negatives}): {args.out} "
+          f"({', '.join(f'{k} {v}' for k, v in summary.items())})")
+    return 0
+
+
+def add_cli(sub: Any) -> None:
+    """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
+    from vlr_plugins.mllm.model_dtype import add_model_dtype_option
+
+    s = sub.add_parser(
+        "mine", help="exact hard negatives for a training corpus (paragraph samples, NLI triplets)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="For every query of a corpus, the most similar gallery texts that are not its positives,\n"
+                    "exactly (tiled, bounded memory), written back in the corpus' own format:\n"
+                    "  paragraph  samples (.jsonl/.parquet/.csv): each sample's caption (or paragraph, or image)\n"
+                    "             against every distinct caption/positive; the result is the samples with\n"
+                    "             hard_negatives filled (vlr train paragraph/c7 reads them)\n"
+                    "  nli        SimCSE's sent0,sent1[,hard_neg] CSV: sent0 against every distinct sent1; one\n"
+                    "             output record per mined sentence (CaRe stage II reads it)\n"
+                    "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
+                    "(sentence-transformers' mine_hard_negatives); --margin M: a negative scores at least M\n"
+                    "below every positive of its query (a guard against false negatives).")
+    s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
+    s.add_argument("input", metavar="INPUT", help="the corpus file")
+    s.add_argument("--model", required=True,
+                   help="the embedding model: a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG, "
+                        "mllm:FOLDER[:PROMPT] or module:callable (as vlr eval)")
+    s.add_argument("--out", required=True, help="the corpus to write (.jsonl for paragraph, .csv for nli)")
+    s.add_argument("--num-negatives", "-k", type=positive_int, default=5, help="negatives per query (default 5)")
+    s.add_argument("--range-min", type=non_negative_int, default=0, help="skip this many best candidates first")
+    s.add_argument("--range-max", type=positive_int, help="take candidates only from the ranks below this")
+    s.add_argument("--margin", type=at_least(0.0, float), help="a negative scores at least this much below every positive")
+    s.add_argument("--query", choices=("caption", "paragraph", "image"),
+                   help="paragraph: what each sample searches with (default caption)")
+    s.add_argument("--pool", metavar="FIELD,...",
+                   help="paragraph: the fields whose texts form the gallery (default caption,positives)")
+    s.add_argument("--image-embeddings", metavar="STORE", help="paragraph --query image: the image-embedding store")
+    s.add_argument("--keep-existing", action="store_true",
+                   help="paragraph: keep a sample's hard_negatives and add the mined ones after them")
+    s.add_argument("--max-tokens", type=positive_int, help="checkpoints and blip: the token budget "
+                                                           "(default the encoder's positions)")
+    s.add_argument("--tokenizer", help="default: the encoder's (checkpoints and blip: only)")
+    s.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    s.add_argument("--batch-size", type=positive_int, default=256)
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
+    add_model_dtype_option(s, what="an mllm: --model")
+    s.set_defaults(fn=cmd_mine)

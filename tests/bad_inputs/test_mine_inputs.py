@@ -1,0 +1,74 @@
+"""The bad-input catalogue for `vlr mine`: one `error:` line naming what is wrong, exit 2,
+and no output corpus written (refused before the model embeds anything where it can be)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from _refusal import assert_refused
+
+MODEL = "_bow_model:BagOfWords"
+
+
+def corpus(t):
+    rows = [{"id": f"img{i}", "caption": f"a dog number {i}", "positives": [f"dog {i}"] if i % 2 else []}
+            for i in range(6)]
+    (t / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (t / "nli.csv").write_text("sent0,sent1\na dog runs,an animal runs\na cat sits,an animal sits\n")
+    (t / "bad.jsonl").write_text('{"id": "img0", "caption": "a dog"}\n{"id": "img1"}\n')
+    (t / "exists.jsonl").write_text("")
+    from vlr_plugins.data.embedding_store import EmbeddingStoreWriter
+
+    with EmbeddingStoreWriter(t / "store8", dim=8) as writer:
+        writer.add([f"img{i}" for i in range(6)], torch.randn(6, 8))
+    with EmbeddingStoreWriter(t / "store-short", dim=24) as writer:
+        writer.add(["img0"], torch.randn(1, 24))
+
+
+P = ["paragraph", "{t}/train.jsonl", "--model", MODEL]
+CASES = {
+    "out-is-input": ([*P, "--out", "{t}/train.jsonl"], ["--out", "is the input corpus"], "train.jsonl"),
+    "out-exists": ([*P, "--out", "{t}/exists.jsonl"], ["--out", "exists.jsonl", "--overwrite"], None),
+    "out-suffix": ([*P, "--out", "{t}/out.csv"], ["--out", ".jsonl", "out.csv"], "out.csv"),
+    "no-input": (["paragraph", "{t}/gone.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl"], ["gone.jsonl"],
+                 "out.jsonl"),
+    "bad-record": (["paragraph", "{t}/bad.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl"],
+                   ["bad.jsonl", "caption"], "out.jsonl"),
+    "k-zero": ([*P, "--out", "{t}/out.jsonl", "-k", "0"], ["--num-negatives/-k"], "out.jsonl"),
+    "range-min-negative": ([*P, "--out", "{t}/out.jsonl", "--range-min", "-1"], ["--range-min"], "out.jsonl"),
+    "range-window": ([*P, "--out", "{t}/out.jsonl", "--range-min", "5", "--range-max", "5"],
+                     ["--range-max", "--range-min (5)"], "out.jsonl"),
+    "margin-negative": ([*P, "--out", "{t}/out.jsonl", "--margin", "-0.1"], ["--margin"], "out.jsonl"),
+    "margin-without-positives": ([*P, "--out", "{t}/out.jsonl", "--margin", "0.1", "--pool", "positives"],
+                                 ["--margin", "no positive", "record 1"], "out.jsonl"),
+    "unknown-pool-field": ([*P, "--out", "{t}/out.jsonl", "--pool", "caption,hard_negatives"],
+                           ["--pool", "'hard_negatives'"], "out.jsonl"),
+    "image-without-store": ([*P, "--out", "{t}/out.jsonl", "--query", "image"],
+                            ["--image-embeddings", "--query image"], "out.jsonl"),
+    "store-without-image": ([*P, "--out", "{t}/out.jsonl", "--image-embeddings", "{t}/store8"],
+                            ["--image-embeddings", "--query caption"], "out.jsonl"),
+    "store-of-another-dim": ([*P, "--out", "{t}/out.jsonl", "--query", "image", "--image-embeddings", "{t}/store8"],
+                             ["--image-embeddings", "8-d", "24 dimensions"], "out.jsonl"),
+    "store-missing-ids": ([*P, "--out", "{t}/out.jsonl", "--query", "image", "--image-embeddings",
+                           "{t}/store-short"], ["store-short", "img1"], "out.jsonl"),
+    "nli-with-query": (["nli", "{t}/nli.csv", "--model", MODEL, "--out", "{t}/out.csv", "--query", "caption"],
+                       ["--query", "paragraph corpora"], "out.csv"),
+    "nli-out-suffix": (["nli", "{t}/nli.csv", "--model", MODEL, "--out", "{t}/out.jsonl"], ["--out", ".csv"],
+                       "out.jsonl"),
+    "unknown-format": (["mvc-corpus", "{t}/train.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl"],
+                       ["invalid choice: 'mvc-corpus'"], "out.jsonl"),
+    "bad-model": ([*P[:3], "no_such_module:Model", "--out", "{t}/out.jsonl"], ["--model", "no_such_module"],
+                  "out.jsonl"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_mine_refuses_bad_input(tmp_path, case):
+    corpus(tmp_path)
+    argv, where, leaves = CASES[case]
+    argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
+    assert_refused(argv, *where, leaves=[tmp_path / leaves] if leaves and leaves != "train.jsonl" else [])
+    if case == "out-is-input":
+        assert (tmp_path / "train.jsonl").read_text().count("\n") == 6  # untouched
