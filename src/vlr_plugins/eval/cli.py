@@ -11,6 +11,7 @@ from typing import Any
 
 from vlr_plugins._argtypes import check_device, positive_int
 from vlr_plugins.errors import UsageError
+from vlr_plugins.eval.cli_renorm import add_renorm_options, renorm_from_args
 from vlr_plugins.specs import (
     check_model_dtype_option,
     load_checked_text_encoder,
@@ -204,6 +205,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     specs = load_benchmark_specs(args.benchmarks)
     _check_tables(tables, specs, args.benchmarks, choice.names)
     capst, capst_benchmark = _capst_for_unified(args.capst, specs, args.benchmarks, choice.names)
+    renorm = renorm_from_args(args, specs)  # its banks read and checked before the model loads
     model, tokenizer, budgets = _eval_model(args, specs, budgets, overrides, protocol, truncation, device)
     recorded = model_dtype_record(args.model_dtype, model, args.model, device)
     label = args.label or os.path.splitext(os.path.basename(str(args.model).rstrip("/")))[0]
@@ -216,7 +218,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate_benchmarks(model, tokenizer, specs, budgets=budgets, truncation=truncation,
                                      batch_size=args.batch_size, device=device, protocol=protocol,
                                      rerank_k=args.rerank_k, on_warning=warn,
-                                     metrics=choice if args.metrics is not None else None)
+                                     metrics=choice if args.metrics is not None else None, renorm=renorm)
     unified = None
     if capst is not None:
         from vlr_plugins.eval.capst import unified_score
@@ -272,6 +274,7 @@ def add_cli(sub: Any) -> None:
                    help="the same model's `vlr capst` capst.json: adds CaRe's unified score (CaReBench Table 5)")
     s.add_argument("--rerank-k", type=positive_int, metavar="K",
                    help="re-rank each query's top K by the model's matching head (match_scores); UMT uses 128")
+    add_renorm_options(s)
     s.add_argument("--tokenizer", help="default: the encoder's (checkpoints and blip: only)")
     s.add_argument("--label", help="name of this model in the report (default: file name)")
     s.add_argument("--out", default="vlr-eval", help="the folder to write the results into")

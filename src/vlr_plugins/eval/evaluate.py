@@ -16,6 +16,8 @@ from vlr_plugins.eval.encode import encode_texts
 from vlr_plugins.eval.metric_names import MetricChoice, parse_metrics
 from vlr_plugins.eval.models import encode_with_model, match_reranker, takes_keyword, text_model_dim
 from vlr_plugins.eval.protocols import check_store_sampling, protocol_entries
+from vlr_plugins.eval.query_bank import QueryBanks, check_bank_dim, check_renorm
+from vlr_plugins.eval.renorm import QueryBankNorm, Renorm
 from vlr_plugins.eval.retrieval import retrieval_recall
 
 __all__ = ["evaluate_retrieval_set", "evaluate_benchmarks", "evaluate_splits"]
@@ -36,6 +38,7 @@ def evaluate_retrieval_set(
     rerank_k: int | None = None,
     rerank_batch: int = 64,
     rank_metrics: Sequence[str] = (),
+    renorm: Renorm | None = None,
 ) -> dict[str, float]:
     """Recall of ``encoder`` on ``rs``: its texts encoded at ``max_tokens``, its items from ``store``;
     with ``rank_metrics`` (``mdr``, ``mrr@10``, ...) those too (:func:`~vlr_plugins.eval.retrieval_recall`).
@@ -44,19 +47,28 @@ def evaluate_retrieval_set(
     ``tokenizer``, or (``tokenizer=None``) a text model (:mod:`vlr_plugins.eval.models`),
     whose ``encode_text`` gets ``max_tokens`` and ``view`` if it takes them. With
     ``rerank_k`` each query's top ``rerank_k`` candidates are re-scored by the model's
-    ``match_scores`` (:func:`~vlr_plugins.eval.models.match_reranker`).
+    ``match_scores`` (:func:`~vlr_plugins.eval.models.match_reranker`). ``renorm``: rank by
+    re-normalised scores (:class:`~vlr_plugins.eval.DualSoftmax`, :class:`~vlr_plugins.eval.QueryBankNorm`);
+    the result then holds the engine's ``"renorm"`` record.
     """
     store = store if isinstance(store, EmbeddingStore) else EmbeddingStore(store)
     items = store.get(list(rs.item_ids))
-    if tokenizer is not None:
-        texts = encode_texts(encoder, tokenizer, rs.texts, max_tokens, batch_size=batch_size,
-                             device=device, progress=progress, desc=f"encode {rs.name}", view=view)
-    else:
-        texts = encode_with_model(encoder, rs.texts, max_tokens=max_tokens, view=view, batch_size=batch_size,
-                                  progress=progress, desc=f"encode {rs.name}")
+    texts = _encode(encoder, tokenizer, rs.texts, max_tokens, view=view, batch_size=batch_size, device=device,
+                    progress=progress, desc=f"encode {rs.name}")
     rerank = match_reranker(encoder, rs.item_ids, rs.texts, items) if rerank_k else None
     return retrieval_recall(items, texts, rs.text_owner, ks=ks, device=device, rerank=rerank,
-                            rerank_k=rerank_k or 128, rerank_batch=rerank_batch, rank_metrics=tuple(rank_metrics))
+                            rerank_k=rerank_k or 128, rerank_batch=rerank_batch, rank_metrics=tuple(rank_metrics),
+                            renorm=renorm)
+
+
+def _encode(encoder: Any, tokenizer, texts: Sequence[str], max_tokens: int | None, *, view: str | None,
+            batch_size: int, device, progress: bool, desc: str) -> torch.Tensor:
+    """``texts`` embedded as :func:`evaluate_retrieval_set` embeds a benchmark's texts."""
+    if tokenizer is not None:
+        return encode_texts(encoder, tokenizer, texts, max_tokens, batch_size=batch_size, device=device,
+                            progress=progress, desc=desc, view=view)
+    return encode_with_model(encoder, texts, max_tokens=max_tokens, view=view, batch_size=batch_size,
+                             progress=progress, desc=desc)
 
 
 def _budget(spec: BenchmarkSpec, budgets: Mapping[str, int] | None, max_positions: int | None,
@@ -119,6 +131,7 @@ def evaluate_benchmarks(
     rerank_batch: int = 64,
     on_warning: Callable[[str], None] | None = None,
     metrics: MetricChoice | Sequence[str] | None = None,
+    renorm: Renorm | QueryBanks | None = None,
 ) -> dict[str, Any]:
     """``{"recall": {bench: metrics}, "budgets": {bench: n}, "truncation": {bench: {budget: metrics}}}``,
     and, when a protocol or re-ranking gives them, ``"text_views"``, ``"sampling"`` and ``"rerank_k"``.
@@ -145,6 +158,13 @@ def evaluate_benchmarks(
     keys for them (``i2t_r1``, ``t2i_mdr``, ...; the truncation sweep's too). Given, every K
     is checked against both galleries of every benchmark as soon as it is read.
 
+    ``renorm``: rank by re-normalised scores, :class:`~vlr_plugins.eval.DualSoftmax` or
+    :class:`~vlr_plugins.eval.QueryBankNorm`, or :class:`~vlr_plugins.eval.query_bank.QueryBanks`,
+    whose text bank is encoded like each benchmark's texts (its budget and text view; once per
+    budget and view). The result then holds ``"renorm"`` (the method's record; for ``QueryBanks``
+    with where each bank came from), and each benchmark's result the engine's ``"renorm"``.
+    Refused with ``rerank_k`` and ``truncation``; an item bank must be as wide as every store.
+
     Every benchmark is read and checked before the first text is encoded, so that a
     problem in the last one does not end a long run: a missing or too large token budget
     (more than the encoder's ``max_positions``), truncation budgets, what the model
@@ -154,6 +174,7 @@ def evaluate_benchmarks(
     its frames those of the protocol. Each problem is one
     :class:`~vlr_plugins.errors.UserError` naming the benchmark or file.
     """
+    check_renorm(renorm, rerank_k=rerank_k, truncation=truncation)
     if tokenizer is None:
         _check_text_model(encoder, specs, budgets, truncation, rerank_k)
         embed_dim = None  # the model's embed_dim, else learnt from the first benchmark's first text
@@ -182,6 +203,7 @@ def evaluate_benchmarks(
                 f"{spec.where('item_embeddings')}: the embedding store {store.path} holds {store.dim}-d "
                 f"embeddings, but the text encoder embeds texts in {embed_dim}-d: give the store of the "
                 "image tower this model was trained against")
+        check_bank_dim(renorm, store, spec.where('item_embeddings'))
         store.check([i for rs in sets for i in rs.item_ids])
         entry = entries.get(spec.name)
         unchecked = check_store_sampling(store.meta, entry, store=store.path, where=spec.where("item_embeddings"),
@@ -193,6 +215,9 @@ def evaluate_benchmarks(
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
     if metrics is not None:
         out["metrics"] = list(choice.names)
+    if renorm is not None:
+        out["renorm"] = renorm.record()
+    banks: dict[tuple, QueryBankNorm] = {}  # QueryBanks encoded, by (budget, view)
     for spec, sets, store, budget, entry in planned:
         view = entry.text_view if entry is not None else None
         for key, rs in zip(spec.result_keys(), sets):
@@ -202,10 +227,17 @@ def evaluate_benchmarks(
                 out.setdefault("text_views", {})[key] = view
             if entry is not None and entry.frames is not None:
                 out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
+            ranked_by = renorm
+            if isinstance(renorm, QueryBanks):
+                if (budget, view) not in banks:
+                    banks[budget, view] = renorm.resolve(lambda texts: _encode(
+                        encoder, tokenizer, texts, budget, view=view, batch_size=batch_size, device=device,
+                        progress=progress, desc=f"encode the query bank at {budget or 'its own'} tokens"))
+                ranked_by = banks[budget, view]
             out["recall"][key] = choice.select(evaluate_retrieval_set(
                 encoder, tokenizer, rs, store, budget, ks=choice.engine_ks(), batch_size=batch_size, device=device,
                 progress=progress, view=view, rerank_k=rerank_k, rerank_batch=rerank_batch,
-                rank_metrics=choice.rank_metrics))
+                rank_metrics=choice.rank_metrics, renorm=ranked_by))
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 

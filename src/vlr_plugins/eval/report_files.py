@@ -47,6 +47,10 @@ def _settings(result: Mapping[str, Any]) -> str:
         lines.append("Text views: " + ", ".join(f"{n} {v}" for n, v in result["text_views"].items()) + ".")
     if result.get("rerank_k"):
         lines.append(f"Re-ranked: the top {result['rerank_k']} candidates of each query by the matching head.")
+    if result.get("renorm"):
+        from vlr_plugins.eval.query_bank import renorm_sentence
+
+        lines.append(renorm_sentence(result["renorm"]))
     return "\n".join(lines) + " "
 
 
@@ -79,7 +83,10 @@ def write_eval_report(
 
     - ``results.json``: ``{"model", "model_dtype" (when given), "label", "protocol", "metrics", **result,
       "tables": {name: table}, "unified": unified}`` (:func:`~vlr_plugins.eval.tables.fill_table`);
-    - ``results.md``: the token budgets (and frames, text views), a recall table (one row,
+    With ``result["renorm"]`` (``--renorm``) ``results.md`` says how the scores were re-normalised,
+    above the recall table and under each paper's table (:func:`~vlr_plugins.eval.query_bank.renorm_sentence`).
+
+    - ``results.md``: the token budgets (and frames, text views, the renorm), a recall table (one row,
       ``label``), then each of ``tables`` in its paper's layout, then the unified score;
     - ``recall.png``, per benchmark with a truncation sweep ``truncation-<benchmark>.png``
       (``/`` in a name becomes ``-``), and per table ``table-<name>.png``; only with
@@ -100,7 +107,8 @@ def write_eval_report(
     plotted = truncation_metric or ("r@1" if "r@1" in names_chosen else names_chosen[0])
     plot_keys = tuple(result_key(plotted, d) for d in DIRECTIONS)
     columns = tuple(result_key(m, d) for d in DIRECTIONS for m in names_chosen) if chosen else _TABLE_METRICS
-    filled = {name: fill_table(list_tables()[name], result["recall"], label, protocol=protocol) for name in tables}
+    filled = {name: fill_table(list_tables()[name], result["recall"], label, protocol=protocol,
+                                renorm=result.get("renorm")) for name in tables}
     atomic_write_json(json_path, {"model": str(model), **({"model_dtype": model_dtype} if model_dtype else {}),
                                   "label": label, "protocol": protocol, "metrics": names_chosen, **result,
                                   **({"tables": filled} if filled else {}),

@@ -141,14 +141,15 @@ def _value(column: TableColumn, recall: Mapping[str, Mapping[str, float]]) -> fl
 
 
 def fill_table(layout: TableLayout, recall: Mapping[str, Mapping[str, float]], label: str, *,
-               protocol: str | None = None) -> dict[str, Any]:
+               protocol: str | None = None, renorm: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The table of one model (row ``label``), in plain JSON types.
 
     ``recall``: benchmark -> :func:`~vlr_plugins.eval.retrieval_recall` result (percent),
     as ``evaluate_benchmarks(...)["recall"]``. Returns ``{"name", "title", "protocol" (the
     paper's), "run_protocol" (``protocol``), "columns": [{"label", "short", "levels",
     "digits", "benchmark", "metric"} or {..., "rebias": [spatial, temporal]}], "rows": [{"model": label,
-    "values": [value or None, ...]}], "missing": [benchmarks not scored]}``.
+    "values": [value or None, ...]}], "missing": [benchmarks not scored]}``, and with ``renorm``
+    (the run's re-normalisation record, ``vlr eval --renorm``) ``"renorm": renorm``.
     """
     columns = []
     for c in layout.columns:
@@ -158,7 +159,8 @@ def fill_table(layout: TableLayout, recall: Mapping[str, Mapping[str, float]], l
         columns.append(col)
     return {"name": layout.name, "title": layout.title, "protocol": layout.protocol, "run_protocol": protocol,
             "columns": columns, "rows": [{"model": label, "values": [_value(c, recall) for c in layout.columns]}],
-            "missing": [b for b in layout.benchmarks() if b not in recall]}
+            "missing": [b for b in layout.benchmarks() if b not in recall],
+            **({"renorm": dict(renorm)} if renorm else {})}
 
 
 def table_markdown(table: Mapping[str, Any]) -> str:
@@ -167,7 +169,7 @@ def table_markdown(table: Mapping[str, Any]) -> str:
     The outermost headers form the header row (a header spanning several columns is
     written once, over its first); inner levels follow as rows of their own, then one row
     per model. Empty entries are "–". A note follows when the run's protocol is not the
-    paper's, or benchmarks were not scored.
+    paper's, or benchmarks were not scored; a line when the scores were re-normalised (DSL, QB-Norm).
     """
     columns = table["columns"]
     depth = max(len(c["levels"]) for c in columns)
@@ -194,6 +196,10 @@ def table_markdown(table: Mapping[str, Any]) -> str:
         notes.append(f"not scored in this run: {', '.join(table['missing'])}")
     if notes:
         lines += ["", "Note: " + "; ".join(notes) + "."]
+    if table.get("renorm"):
+        from vlr_plugins.eval.query_bank import renorm_sentence
+
+        lines += ["", renorm_sentence(table["renorm"])]
     return "\n".join(lines) + "\n"
 
 
