@@ -71,8 +71,8 @@ def _item_dims(bank: Any, specs: Any) -> None:
         except UserError:
             continue
         if store.dim != dim:
-            raise UsageError("--query-bank-items", f"the store {bank.path} holds {dim}-d embeddings, but benchmark "
-                                                   f"{spec.name!r}'s items ({store.path}) are {store.dim}-d: the "
+            raise UsageError("--query-bank-items", f"the store {bank.path} holds {dim}-d embeddings, but the items "
+                                                   f"of benchmark {spec.name!r} ({store.path}) are {store.dim}-d: the "
                                                    "bank must come from the same image or video tower")
 
 
