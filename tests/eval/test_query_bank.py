@@ -103,3 +103,22 @@ def test_the_text_bank_is_encoded_at_each_benchmarks_budget(tmp_path):
         assert out["recall"][name].pop("renorm") == record
         assert out["recall"][name] == pytest.approx(expected, abs=1e-12)
     assert out["renorm"] == banks.record()
+
+
+def test_a_text_bank_holding_test_texts_is_warned_of(tmp_path):
+    (tmp_path / "split.jsonl").write_text('{"id": "v0", "texts": ["a", "b"]}\n{"id": "v1", "texts": ["c"]}\n')
+    with EmbeddingStoreWriter(tmp_path / "store", 2) as writer:
+        writer.add(["v0", "v1"], torch.eye(2))
+    (tmp_path / "bench.yaml").write_text("benchmarks:\n  - {name: toy, reader: retrieval_jsonl, path: split.jsonl, "
+                                         "item_embeddings: store}\n")
+    (tmp_path / "bank.txt").write_text("b\nz\nc\nb\n")
+    vectors = {"a": [1.0, 0.1], "b": [0.9, 0.3], "c": [0.1, 1.0], "z": [0.5, 0.5]}
+
+    class Model:
+        def encode_text(self, texts):
+            return torch.tensor([vectors[t] for t in texts])
+
+    warned = []
+    evaluate_benchmarks(Model(), None, load_benchmark_specs(tmp_path / "bench.yaml"), progress=False,
+                        renorm=QueryBanks(texts=read_text_bank(tmp_path / "bank.txt")), on_warning=warned.append)
+    assert len(warned) == 1 and warned[0].startswith("2 of the query bank's distinct texts") and "'toy'" in warned[0]

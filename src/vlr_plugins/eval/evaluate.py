@@ -210,6 +210,13 @@ def evaluate_benchmarks(
                                          protocol=protocol)
         if unchecked:
             warn(unchecked)
+        if isinstance(renorm, QueryBanks) and renorm.texts is not None:
+            bank = set(renorm.texts.texts)
+            for key, rs in zip(spec.result_keys(), sets):
+                shared = len(bank.intersection(rs.texts))
+                if shared:
+                    warn(f"{shared} of the query bank's distinct texts ({renorm.texts.path}) are texts of benchmark "
+                         f"{key!r}: QB-Norm's bank should hold training queries, not the test's")
         planned.append((spec, sets, store, budget, entry))
 
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
