@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("huggingface_hub")
@@ -105,6 +107,25 @@ def test_eval_results_merge_later_files_first_and_bad_files_are_named(tmp_path):
         merge_eval_results([bad])
     with pytest.raises(MissingFileError, match="absent.json"):
         merge_eval_results([tmp_path / "absent.json"])
+
+
+def test_re_normalised_results_are_named_so_in_the_card(tmp_path):
+    from vlr_plugins.hf.card import merge_eval_results
+
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"recall": {
+        "msrvtt": {"i2t_r1": 40.0, "i2t_r5": 70.0, "t2i_r1": 45.5, "t2i_r5": 71.0,
+                   "renorm": {"method": "dsl", "temperature": 100.0}},
+        "coco": {"i2t_r1": 50.0, "i2t_r5": 80.0, "t2i_r1": 40.0, "t2i_r5": 60.0}}, "budgets": {"msrvtt": 77, "coco": 77}}))
+    merged = merge_eval_results([results])
+    assert merged["renorm"] == {"msrvtt": {"method": "dsl", "temperature": 100.0}}
+    assert merged["recall"]["msrvtt"] == {"i2t_r1": 40.0, "i2t_r5": 70.0, "t2i_r1": 45.5, "t2i_r5": 71.0}
+    card = build_model_card(load_recipe("paragraph/c5").to_dict(), model_name="c5", eval_results=merged)
+    names = {(r.dataset_name, r.metric_name) for r in card.data.eval_results}
+    assert ("msrvtt", "I2T R@1 (DSL)") in names and ("coco", "I2T R@1") in names
+    configs = {r.dataset_name: r.metric_config for r in card.data.eval_results}
+    assert "temperature 100" in configs["msrvtt"] and "re-normalised" not in configs["coco"]
+    assert "msrvtt: Scores re-normalised with DSL (dual softmax, temperature 100)." in card.text
 
 
 def test_named_and_pooled_views_read_in_the_card():

@@ -43,19 +43,43 @@ def _architecture(encoder: Mapping[str, Any]) -> str:
 
 
 def eval_result_entries(recall: Mapping[str, Mapping[str, float]], *, task_type: str, task_name: str,
-                        metric_config: Any = None) -> list[Any]:
+                        metric_config: Any = None, renorm: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
     """The Hub ``model-index`` entries (``huggingface_hub.EvalResult``) of `vlr eval` recalls
     ``{benchmark: {metric: value}}``: one per metric of :data:`METRIC_NAMES`, rounded to 2
-    places; ``metric_config(benchmark)``, when given, says how each was measured."""
+    places; ``metric_config(benchmark)``, when given, says how each was measured. A benchmark
+    scored with re-normalised scores (``renorm[benchmark]``, `vlr eval --renorm`) says so in
+    its metric names and configs, so no re-normalised number passes for a plain one."""
     from huggingface_hub import EvalResult
+
+    from vlr_plugins.eval.query_bank import renorm_sentence
+
+    renorm = renorm or {}
+
+    def config(bench: str) -> dict:
+        parts = [metric_config(bench)] if metric_config is not None else []
+        parts += [renorm_sentence(renorm[bench])] if renorm.get(bench) else []
+        return {"metric_config": "; ".join(parts)} if parts else {}
+
+    def name(bench: str, metric: str) -> str:
+        method = (renorm.get(bench) or {}).get("method")
+        return METRIC_NAMES[metric] + (f" ({_RENORM_NAMES.get(method, method)})" if method else "")
 
     return [
         EvalResult(task_type=task_type, task_name=task_name, dataset_type=bench.split("/")[0], dataset_name=bench,
-                   metric_type=metric.replace("_", "-"), metric_name=METRIC_NAMES[metric],
-                   metric_value=round(float(value), 2),
-                   **({"metric_config": metric_config(bench)} if metric_config is not None else {}))
+                   metric_type=metric.replace("_", "-"), metric_name=name(bench, metric),
+                   metric_value=round(float(value), 2), **config(bench))
         for bench, metrics in recall.items() for metric, value in metrics.items() if metric in METRIC_NAMES
     ]
+
+
+_RENORM_NAMES = {"dsl": "DSL", "qbnorm": "QB-Norm"}
+
+
+def renorm_notes(renorm: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """Lines under a card's results table naming each re-normalised benchmark's method."""
+    from vlr_plugins.eval.query_bank import renorm_sentence
+
+    return "".join(f"\n{bench}: {renorm_sentence(record)}\n" for bench, record in (renorm or {}).items() if record)
 
 
 def _template(name: str) -> str:
@@ -124,9 +148,10 @@ def build_model_card(
     video = (recipe.get("data") or {}).get("schema") == "mvc"  # video-text pretraining: both towers trained
     recall = dict((eval_results or {}).get("recall") or {})
     budgets = (eval_results or {}).get("budgets", {})
+    renorm = (eval_results or {}).get("renorm")
     results = eval_result_entries(recall, task_type="video-text-retrieval" if video else "image-text-retrieval",
                                   task_name="Video-text retrieval" if video else "Image-text retrieval",
-                                  metric_config=lambda bench: f"{budgets.get(bench, '?')} tokens")
+                                  metric_config=lambda bench: f"{budgets.get(bench, '?')} tokens", renorm=renorm)
     views = recipe["text_views"]
     budgets = {TextView(**v).key: v["max_tokens"] for v in (*views["positives"], *views["negatives"])}
     base = recipe["model"].get("pretrained")
@@ -156,7 +181,8 @@ def build_model_card(
         default_max_tokens=max(budgets.values()),
         budgets_line=", ".join(f"{k} {v}" for k, v in budgets.items()),
         results_table=recall_table_markdown({model_name: recall}, list(recall),
-                                            ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) if recall else "",
+                                            ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) + renorm_notes(renorm)
+        if recall else "",
     )
     return card
 
@@ -172,8 +198,9 @@ def write_model_card(card, folder: str | os.PathLike) -> str:
 
 def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, Any]:
     """Several `vlr eval` ``results.json`` of one model merged (later files win per benchmark):
-    ``{"recall": {bench: metrics}, "budgets": {bench: n}}``."""
-    merged: dict[str, Any] = {"recall": {}, "budgets": {}}
+    ``{"recall": {bench: metrics}, "budgets": {bench: n}}``, and ``"renorm": {bench: record}`` for
+    benchmarks scored with re-normalised scores (`vlr eval --renorm`)."""
+    merged: dict[str, Any] = {"recall": {}, "budgets": {}, "renorm": {}}
     from vlr_plugins.data._text_files import read_utf8
 
     for path in paths or []:
@@ -186,15 +213,24 @@ def merge_eval_results(paths: Sequence[str | os.PathLike] | None) -> dict[str, A
             raise DataFormatError(path, f"not valid JSON: {e.msg}", record=e.lineno) from None
         if not isinstance(result, dict) or not isinstance(result.get("recall"), dict):
             raise DataFormatError(path, "expected the results.json of `vlr eval` (a 'recall' mapping)")
+        recall = {}
         for bench, metrics in result["recall"].items():
+            if isinstance(metrics, dict) and isinstance(metrics.get("renorm"), dict):  # `vlr eval --renorm`
+                merged["renorm"][bench] = metrics["renorm"]
+                metrics = {k: v for k, v in metrics.items() if k != "renorm"}
+            else:
+                merged["renorm"].pop(bench, None)
             if not isinstance(metrics, dict) or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()):
                 raise DataFormatError(path, "expected a mapping of metric names to numbers, as `vlr eval` writes",
                                       field=f"recall.{bench}")
+            recall[bench] = metrics
         if not isinstance(result.get("budgets") or {}, dict):
             raise DataFormatError(path, "expected a mapping of benchmark names to token budgets", field="budgets")
-        merged["recall"].update(result["recall"])
+        merged["recall"].update(recall)
         merged["budgets"].update(result.get("budgets") or {})
+    if not merged["renorm"]:  # only `vlr eval --renorm` results carry one
+        del merged["renorm"]
     return merged
 
 

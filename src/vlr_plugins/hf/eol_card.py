@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vlr_plugins.hf.card import METRIC_NAMES, _template, eval_result_entries, merge_eval_results
+from vlr_plugins.hf.card import METRIC_NAMES, _template, eval_result_entries, merge_eval_results, renorm_notes
 
 __all__ = ["build_eol_model_card", "eol_card_files", "recipe_rows"]
 
@@ -76,7 +76,8 @@ def recipe_rows(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _results(eval_results: Mapping[str, Any]) -> tuple[list[Any], str]:
     recall = dict(eval_results.get("recall") or {})
-    results = eval_result_entries(recall, task_type="text-to-video-retrieval", task_name="Text-video retrieval")
+    results = eval_result_entries(recall, task_type="text-to-video-retrieval", task_name="Text-video retrieval",
+                                  renorm=eval_results.get("renorm"))
     if not recall:
         return results, ""
     metrics = ("t2i_r1", "t2i_r5", "t2i_r10", "i2t_r1", "i2t_r5", "i2t_r10")
@@ -84,7 +85,7 @@ def _results(eval_results: Mapping[str, Any]) -> tuple[list[Any], str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for bench, values in recall.items():
         lines.append("| " + " | ".join([bench] + [f"{values[m]:.1f}" if m in values else "—" for m in metrics]) + " |")
-    return results, "\n".join(lines) + "\n"
+    return results, "\n".join(lines) + "\n" + renorm_notes(eval_results.get("renorm"))
 
 
 def build_eol_model_card(settings: Mapping[str, Any], *, model_name: str, embed_dim: int | None = None,

@@ -23,11 +23,12 @@ def open_clip_card_files(model_name: str, *, architecture: str, context_length: 
     from huggingface_hub import ModelCard, ModelCardData
 
     from vlr_plugins.eval.report import recall_table_markdown
-    from vlr_plugins.hf.card import _template, eval_result_entries, merge_eval_results
+    from vlr_plugins.hf.card import _template, eval_result_entries, merge_eval_results, renorm_notes
 
     evals = merge_eval_results(eval_paths)
     recall = dict(evals.get("recall") or {})
-    results = eval_result_entries(recall, task_type="image-text-retrieval", task_name="Image-text retrieval")
+    results = eval_result_entries(recall, task_type="image-text-retrieval", task_name="Image-text retrieval",
+                                  renorm=evals.get("renorm"))
     data = ModelCardData(library_name="open_clip", license=license, model_name=model_name,
                          tags=["vlr-plugins", "open_clip", "clip", "image-text-retrieval"],
                          pipeline_tag="zero-shot-image-classification", eval_results=results or None)
@@ -36,7 +37,8 @@ def open_clip_card_files(model_name: str, *, architecture: str, context_length: 
         architecture=architecture, context_length=context_length, embed_dim=embed_dim,
         long_context=long_context, sentence_transformers=sentence_transformers,
         results_table=recall_table_markdown({model_name: recall}, list(recall),
-                                            ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) if recall else "")
+                                            ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) + renorm_notes(evals.get("renorm"))
+        if recall else "")
     files = {"README.md": str(card)}
     if eval_paths:
         files["eval_results.json"] = json.dumps(evals, indent=2) + "\n"
