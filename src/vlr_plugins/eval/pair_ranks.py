@@ -31,6 +31,7 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import (
     TileKeys,
+    direct_rows_per_chunk,
     gallery_scores,
     is_positive,
     positive_pairs,
@@ -122,7 +123,7 @@ def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
     does; with ``keys``, by a re-normalisation's keys (an item with a positive whose key is not
     finite: by its float64 transformed scores). Returns ``out``."""
     n_texts = matrix.n_texts
-    per_chunk = rows_per_chunk(matrix, n_texts, keys)
+    per_chunk = rows_per_chunk(matrix, n_texts, keys, rerank is not None)
     with exact_matmuls():
         for start in range(0, len(items), per_chunk):
             chunk = items[start:start + per_chunk]
@@ -130,8 +131,11 @@ def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
             scores = raw if keys is None else keys.rows("i2t", raw, chunk)
             not_finite = _rank_pairs(matrix, chunk, scores, out)
             if keys is not None and bool(not_finite.any()):
-                redo = not_finite.nonzero().flatten()
-                _rank_pairs(matrix, chunk[redo], keys.direct_rows("i2t", raw[redo], chunk[redo]), out)
+                del scores  # the keys: their bytes hold the float64 rows
+                for part in not_finite.nonzero().flatten().split(direct_rows_per_chunk(per_chunk, keys)):
+                    direct = keys.direct_rows("i2t", raw[part], chunk[part])
+                    _rank_pairs(matrix, chunk[part], direct, out)
+                    del direct
             if rerank is not None:
                 k = min(rerank_k, n_texts)
                 candidates = reranked_candidates(matrix, "i2t", chunk, scores, rerank, k, rerank_batch)
@@ -155,6 +159,10 @@ def _rank_pairs(matrix: ScoreMatrix, items: torch.Tensor, scores: torch.Tensor, 
         own = torch.full((len(items), 1), -1, device=matrix.device, dtype=torch.long)
         threshold[position[pick], 0] = scores[position[pick], text[pick]]
         own[position[pick], 0] = text[pick]
-        ahead = ((scores > threshold) | ((scores == threshold) & (index < own))).sum(1)
+        ahead = (scores > threshold).sum(1)  # then the ties ahead: two (Q, M) masks at most at once
+        ties = scores == threshold
+        ties &= index < own
+        ahead += ties.sum(1)
+        del ties
         out[text[pick]] = ahead[position[pick]]
     return not_finite

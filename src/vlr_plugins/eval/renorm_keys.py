@@ -11,7 +11,7 @@ underflow:
 
 * dual softmax: for ``s > 0`` the key is ``log2(s) + s tau / ln 2 - L`` (L the log2-sum-exp2 of
   the query-side column: per item for text-to-image, per text for image-to-text), i.e.
-  ``log2(s exp(tau s - L ln 2))``; a score ``<= 0`` gives NaN or -inf, which no comparison
+  ``log2(s exp(tau s - L ln 2))``; a score ``<= 0`` gives -inf, which no comparison
   puts ahead (its transformed score is <= 0, below every positive one). A query whose
   positive has a score <= 0 (non-finite key) is ranked from float64 transformed scores instead
   (:meth:`DualSoftmaxKeys.direct_rows`: ``s exp(tau s - L)``, no underflow while tau <= 300).
@@ -28,13 +28,22 @@ import torch
 __all__ = ["DualSoftmaxKeys", "QueryBankKeys"]
 
 _LN2 = math.log(2.0)
+_INF = float("inf")
 
 
 def _log2_key(scores: torch.Tensor, tau2: float, out: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-    """out = log2(scores) + scores * tau2, elementwise (work: scratch of the same shape)."""
-    torch.log2(scores, out=out)
+    """out = log2(scores) + scores * tau2 where scores > 0, -inf elsewhere, elementwise (work:
+    float32 scratch of the same shape, last dimension contiguous).
+
+    The logarithm is taken of ``|scores|`` and the scores <= 0 set to -inf afterwards: a NaN or
+    -inf result takes the slow path of log2 (~10x on CPU), and about half the scores of unrelated
+    pairs are negative. The mask is written over ``work`` (viewed as bytes), so no buffer is added."""
+    torch.abs(scores, out=out).log2_()
     torch.mul(scores, tau2, out=work)
-    return out.add_(work)
+    out.add_(work)
+    mask = work.view(torch.bool)[..., :scores.shape[-1]]  # the first quarter of each row of work
+    torch.le(scores, 0, out=mask)
+    return out.masked_fill_(mask, -_INF)
 
 
 class DualSoftmaxKeys:
@@ -65,8 +74,9 @@ class DualSoftmaxKeys:
     def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) float64 transformed scores ``s exp(tau s - L)`` of whole rows."""
         lse = (self.item_lse if direction == "t2i" else self.text_lse).double() * _LN2
-        s = scores.double()
-        return s * torch.exp(self.temperature * s - lse[None, :])
+        s = scores.double()  # then one more float64 row, computed in place
+        out = torch.mul(s, self.temperature).sub_(lse[None, :]).exp_()
+        return out.mul_(s)
 
 
 class QueryBankKeys:

@@ -20,8 +20,17 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls
 
 _INF = float("inf")
-_BYTES_PER_ROW_ELEM = 12  # a float32 score and the boolean masks of the rank comparison
-_BYTES_PER_KEY_ELEM = 8  # with a re-normalisation: its keys and their scratch row
+#: bytes per score of a chunk of whole rows, from every buffer it holds at once: the float32
+#: scores (4) and two boolean masks of the rank comparison (2)
+_BYTES_PER_ROW_ELEM = 6
+#: with a re-normalisation: also its float32 keys and their float32 scratch row (the masks come
+#: after the scratch is freed; 8), and 1 to spare for a gallery block's product (see :func:`gallery_scores`)
+_BYTES_PER_KEY_ELEM = 9
+#: per score of a query ranked by float64 transformed scores (``direct_rows``): its float32 copy,
+#: the float64 scores and the float64 transformed ones (20, then those and the masks: 10)
+_BYTES_PER_DIRECT_ELEM = 20
+#: with re-ranking: the candidates' selection (``scores >= kth``, its indices) on top (6)
+_BYTES_PER_RERANK_ELEM = 6
 
 
 class TileKeys(Protocol):
@@ -40,11 +49,24 @@ class TileKeys(Protocol):
     def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor: ...
 
 
-def rows_per_chunk(matrix: ScoreMatrix, n_gallery: int, keys: TileKeys | None) -> int:
-    """Queries per chunk of whole rows: ``matrix.chunk_size``, else as many as
-    ``max_chunk_bytes`` holds (12 bytes per score, 8 more with ``keys``)."""
-    per_elem = _BYTES_PER_ROW_ELEM + (_BYTES_PER_KEY_ELEM if keys is not None else 0)
-    return matrix.chunk_size or max(1, matrix.max_chunk_bytes // (n_gallery * per_elem))
+def rows_per_chunk(matrix: ScoreMatrix, n_gallery: int, keys: TileKeys | None, rerank: bool = False) -> int:
+    """Queries per chunk of whole rows: as many as ``max_chunk_bytes`` holds (6 bytes per score,
+    15 with ``keys``: every buffer a chunk holds at once, see :data:`_BYTES_PER_ROW_ELEM`), at most
+    ``matrix.chunk_size``; 6 more with ``rerank``."""
+    per_score = chunk_bytes_per_score(keys) + (_BYTES_PER_RERANK_ELEM if rerank else 0)
+    most = max(1, matrix.max_chunk_bytes // (n_gallery * per_score))
+    return min(matrix.chunk_size, most) if matrix.chunk_size else most
+
+
+def chunk_bytes_per_score(keys: TileKeys | None) -> int:
+    """The bytes per score a chunk of whole rows is sized by (:func:`rows_per_chunk`)."""
+    return _BYTES_PER_ROW_ELEM + (_BYTES_PER_KEY_ELEM if keys is not None else 0)
+
+
+def direct_rows_per_chunk(per_chunk: int, keys: TileKeys) -> int:
+    """Queries of a chunk of ``per_chunk`` ranked by float64 transformed scores at a time: in what
+    the chunk's budget holds once its keys are freed (all but its float32 scores)."""
+    return max(1, per_chunk * (chunk_bytes_per_score(keys) - 4) // _BYTES_PER_DIRECT_ELEM)
 
 
 def query_and_gallery(matrix: ScoreMatrix, direction: str) -> tuple[UnitRows, UnitRows]:
@@ -72,8 +94,10 @@ def gallery_scores(matrix: ScoreMatrix, query_side: UnitRows, queries: torch.Ten
     gallery_rows = torch.empty(matrix.tile_texts, matrix.dim, device=matrix.device, dtype=dtype)
     scores = torch.empty(len(queries), len(gallery), device=matrix.device, dtype=dtype)
     query_side.load(queries, query_rows)
-    for start in range(0, len(gallery), matrix.tile_texts):
-        k = gallery.load(slice(start, start + matrix.tile_texts), gallery_rows)
+    # a block's product is a temporary (Q, block): at most a sixth of the scores' bytes
+    block = max(1, min(matrix.tile_texts, -(-len(gallery) // 6)))
+    for start in range(0, len(gallery), block):
+        k = gallery.load(slice(start, start + block), gallery_rows[:block])
         scores[:, start:start + k] = query_rows @ gallery_rows[:k].T
     return scores
 
@@ -115,7 +139,7 @@ def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
     n_gallery = len(gallery)
     ranks = torch.empty(len(queries), dtype=torch.long, device=matrix.device)
     k = min(rerank_k, n_gallery)
-    per_chunk = rows_per_chunk(matrix, n_gallery, keys)
+    per_chunk = rows_per_chunk(matrix, n_gallery, keys, rerank is not None)
     with exact_matmuls():
         for start in range(0, len(queries), per_chunk):
             chunk = queries[start:start + per_chunk]
@@ -123,9 +147,13 @@ def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
             scores = raw if keys is None else keys.rows(direction, raw, chunk)
             rank, best_score = _best_positive_ranks(matrix, direction, chunk, scores)
             if keys is not None and not bool(torch.isfinite(best_score).all()):
+                del scores  # the keys: their bytes hold the float64 rows
                 redo = (~torch.isfinite(best_score)).nonzero().flatten()
-                direct = keys.direct_rows(direction, raw[redo], chunk[redo])
-                rank[redo] = _best_positive_ranks(matrix, direction, chunk[redo], direct)[0]
+                step = direct_rows_per_chunk(per_chunk, keys)
+                for part in redo.split(step):
+                    direct = keys.direct_rows(direction, raw[part], chunk[part])
+                    rank[part] = _best_positive_ranks(matrix, direction, chunk[part], direct)[0]
+                    del direct
             if rerank is not None:
                 rank = _rerank(matrix, direction, chunk, scores, rank, rerank, k, rerank_batch)
             ranks[start:start + per_chunk] = rank
@@ -146,8 +174,10 @@ def _best_positive_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Ten
     best_positive = torch.full((len(queries),), n_gallery, device=matrix.device).scatter_reduce_(
         0, position[is_best], positive[is_best], "amin")
     best = best_score[:, None]
-    before_best = matrix.arange(n_gallery) < best_positive[:, None]
-    return ((scores > best) | ((scores == best) & before_best)).sum(1), best_score
+    ahead = (scores > best).sum(1)  # then the ties ahead: two (Q, G) masks at most at once
+    ties = scores == best
+    ties &= matrix.arange(n_gallery) < best_positive[:, None]
+    return ahead + ties.sum(1), best_score
 
 
 def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: torch.Tensor,
