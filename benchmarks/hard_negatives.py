@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from _machine import cpu_description, describe
+
 D = 256
 SIZES = {"10k": (10_000, 50_000), "coco": (591_753, 118_287)}
 ROUNDS = {"10k": 3, "coco": 1}
@@ -122,14 +124,6 @@ def compare(engine_file: str, faiss_file: str) -> dict:
             "equal": len(differ) == 0 or gap <= 2e-6}
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10k,coco", help="comma-separated: 10k (10,000 x 50,000), coco "
@@ -145,8 +139,8 @@ def main() -> None:
     if args.child:
         child(args.child, args.size, args.k, args.range_min, args.out)
         return
-    report = {"cpu": cpu_model(), "cores": os.cpu_count(), "k": args.k, "range_min": args.range_min, "sizes": {}}
-    print(f"CPU: {report['cpu']} ({report['cores']} cores); D={D}, k={args.k}, range_min={args.range_min}")
+    report = {"machine": cpu_description(), "k": args.k, "range_min": args.range_min, "sizes": {}}
+    print(f"{describe()}; D={D}, k={args.k}, range_min={args.range_min}")
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):
             rounds = args.rounds or ROUNDS[size]
