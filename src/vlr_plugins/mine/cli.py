@@ -10,6 +10,7 @@ from typing import Any
 
 from vlr_plugins._argtypes import at_least, check_device, non_negative_int, positive_int
 from vlr_plugins.errors import UsageError
+from vlr_plugins.mine.shards import check_shard_options, is_sharded, work_dir_of
 
 __all__ = ["add_cli", "cmd_mine"]
 
@@ -29,7 +30,7 @@ def _check_paths(args: argparse.Namespace) -> None:
                                   "give another path")
     if os.path.isdir(args.out):
         raise UsageError("--out", f"{args.out} is a folder; give a {writes} file")
-    if os.path.exists(args.out) and not args.overwrite:
+    if os.path.exists(args.out) and not args.overwrite and not (is_sharded(args) and work_dir_of(args.out).is_dir()):
         raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
 
 
@@ -103,42 +104,86 @@ def _embed_texts(args: argparse.Namespace, device: str):
                                                  batch_size=args.batch_size, desc=desc)
 
 
-def _query_embeddings(task, args: argparse.Namespace, embed):
+def _query_embeddings(task, args: argparse.Namespace, embed, rows: slice):
     if task.query_ids is None:
-        return embed(task.query_texts, "encode queries")
+        return embed(task.query_texts[rows], "encode queries")
     from vlr_plugins.data.embedding_store import EmbeddingStore
 
     with EmbeddingStore(args.image_embeddings) as store:
         store.check(task.query_ids)
-        return store.get(task.query_ids).float()
+        return store.get(task.query_ids[rows]).float()
 
 
-def cmd_mine(args: argparse.Namespace) -> int:
+def _mine(task, args: argparse.Namespace, device: str, rows: slice) -> list[list[int]]:
+    """The mined gallery indices (best first) of the queries ``rows`` against the whole gallery."""
     import torch
 
     from vlr_plugins.eval.hard_negatives import mine_hard_negatives
 
-    _check_paths(args)
-    _check_window(args)
-    device = check_device(args.device)
-    task = _task(args)
-    _check_positives(task, args)
+    if rows != slice(None) and not range(len(task))[rows]:
+        return []  # an empty shard (more shards than records)
     embed = _embed_texts(args, device)
     with torch.inference_mode():
         gallery = embed(task.gallery, "encode gallery")
-        queries = _query_embeddings(task, args, embed)
+        queries = _query_embeddings(task, args, embed, rows)
     if queries.shape[1] != gallery.shape[1]:
         raise UsageError("--image-embeddings", f"{args.image_embeddings} holds {queries.shape[1]}-d embeddings and "
                                                f"{args.model} embeds texts in {gallery.shape[1]} dimensions: they "
                                                "are not one space")
-    mined = mine_hard_negatives(queries, gallery, task.positives, k=args.num_negatives, range_min=args.range_min,
-                                range_max=args.range_max, margin=args.margin, device=device)
-    texts = [[task.gallery[j] for j in row if j >= 0] for row in mined.indices.tolist()]
+    mined = mine_hard_negatives(queries, gallery, task.positives[rows], k=args.num_negatives,
+                                range_min=args.range_min, range_max=args.range_max, margin=args.margin, device=device)
+    return [[j for j in row if j >= 0] for row in mined.indices.tolist()]
+
+
+def _write(task, args: argparse.Namespace, indices: list[list[int]]) -> None:
+    texts = [[task.gallery[j] for j in row] for row in indices]
     summary = task.write(texts, args.out)
     short = sum(1 for row in texts if len(row) < args.num_negatives)
     print(f"mined {sum(len(row) for row in texts)} hard negatives for {len(task)} queries against "
           f"{len(task.gallery)} texts ({short} with fewer than {args.num_negatives}): {args.out} "
           f"({', '.join(f'{k} {v}' for k, v in summary.items())})")
+
+
+def _run_shard(task, args: argparse.Namespace, device: str) -> int:
+    """One shard of a job array (or --merge-only): its part, then the merge once all are there."""
+    from vlr_plugins.mine.shards import open_shards
+
+    run = open_shards(args, len(task))
+    if not args.merge_only:
+        start, stop = run.range(args.shard_index)
+        if run.part(args.shard_index).is_file():
+            print(f"shard {args.shard_index} of {run.count} (records {start}..{stop - 1}) is already mined: "
+                  f"{run.part(args.shard_index)}")
+        else:
+            run.write_part(args.shard_index, _mine(task, args, device, slice(start, stop)))
+            print(f"shard {args.shard_index} of {run.count}: mined records {start}..{stop - 1} against "
+                  f"{len(task.gallery)} texts: {run.part(args.shard_index)}")
+    missing = run.missing()
+    if missing:
+        if args.merge_only:
+            raise UsageError("--merge-only", f"{len(missing)} of {run.count} shards have no part in {run.work} yet, "
+                                             f"e.g. shard {missing[0]}; run --shard-index {missing[0]} first")
+        print(f"not complete: {len(missing)} of {run.count} shards still to run (e.g. --shard-index {missing[0]}); "
+              f"the last one to finish writes {args.out}")
+        return 0
+    if not run.claim_merge(force=args.merge_only):
+        print(f"another shard is merging the parts into {args.out} (if it was killed: rerun with --merge-only)")
+        return 0
+    _write(task, args, run.read_parts(len(task.gallery)))
+    run.remove()
+    return 0
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    check_shard_options(args)
+    _check_paths(args)
+    _check_window(args)
+    device = check_device(args.device)
+    task = _task(args)
+    _check_positives(task, args)
+    if is_sharded(args):
+        return _run_shard(task, args, device)
+    _write(task, args, _mine(task, args, device, slice(None)))
     return 0
 
 
@@ -182,5 +227,11 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     s.add_argument("--batch-size", type=positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
+    s.add_argument("--shard-index", type=non_negative_int,
+                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it mines a contiguous "
+                        "range of the queries against the whole gallery into a part beside --out")
+    s.add_argument("--shard-count", type=positive_int, help="the processes of the job array")
+    s.add_argument("--merge-only", action="store_true",
+                   help="write --out from the parts of a sharded run (the last shard to finish does it itself)")
     add_model_dtype_option(s, what="an mllm: --model")
     s.set_defaults(fn=cmd_mine)

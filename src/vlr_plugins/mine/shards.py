@@ -1,0 +1,194 @@
+"""``vlr mine --shard-index I --shard-count N``: one corpus mined by several processes (a SLURM
+job array), each once, surviving a kill (docs/eval.md, "vlr mine").
+
+Shard ``I`` mines the queries of records ``[n*I//N, n*(I+1)//N)`` (a contiguous range, so the
+merged corpus keeps the input order) against the whole gallery (every shard embeds the whole
+gallery itself), and writes its part into a work folder beside ``--out``::
+
+    data/.mined.jsonl.parts/        the work folder of data/mined.jsonl
+        manifest.json               the input (size, mtime, SHA-256) and every setting of the run
+        part-00003-of-00008.json    shard 3's records: their mined gallery indices, best first
+        merging/                    claimed by the shard that merges (a folder: made atomically)
+
+Every file is written to a temporary name and renamed, so it is there whole or not at all. A
+rerun of a shard whose part is there does nothing; a rerun with other settings is refused,
+naming the setting. Once every part is there, the shard that finishes last (or ``--merge-only``)
+writes ``--out`` atomically in the corpus' format and removes the work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlr_plugins._io import atomic_write_json
+from vlr_plugins.errors import DataFormatError, UsageError
+
+__all__ = ["ShardRun", "check_shard_options", "open_shards", "shard_range", "work_dir_of"]
+
+_FORMAT = "vlr-mine-parts"
+_VERSION = 1
+
+#: manifest key -> the option that sets it (named when a rerun differs)
+_SETTINGS = {
+    "format": "FORMAT", "model": "--model", "tokenizer": "--tokenizer", "max_tokens": "--max-tokens",
+    "model_dtype": "--model-dtype", "num_negatives": "--num-negatives", "range_min": "--range-min",
+    "range_max": "--range-max", "margin": "--margin", "query": "--query", "pool": "--pool",
+    "keep_existing": "--keep-existing", "image_embeddings": "--image-embeddings", "shard_count": "--shard-count",
+}
+
+
+def work_dir_of(out: str | os.PathLike[str]) -> Path:
+    """``data/mined.jsonl`` -> ``data/.mined.jsonl.parts``."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(f".{out.name}.parts")
+
+
+def is_sharded(args: argparse.Namespace) -> bool:
+    return args.shard_count is not None or args.shard_index is not None or args.merge_only
+
+
+def check_shard_options(args: argparse.Namespace) -> None:
+    """The shard options agree with one another (before anything is read)."""
+    if args.merge_only:
+        if args.shard_index is not None:
+            raise UsageError("--shard-index", "--merge-only merges the parts of every shard; drop --shard-index")
+        return
+    if args.shard_index is None and args.shard_count is not None:
+        raise UsageError("--shard-index", f"needed with --shard-count {args.shard_count} (e.g. "
+                                          "$SLURM_ARRAY_TASK_ID)")
+    if args.shard_index is not None and args.shard_count is None:
+        raise UsageError("--shard-count", "needed with --shard-index (the tasks of the job array)")
+    if args.shard_index is not None and args.shard_index >= args.shard_count:
+        raise UsageError("--shard-index", f"expected 0 .. {args.shard_count - 1} (--shard-count "
+                                          f"{args.shard_count}), found {args.shard_index}")
+
+
+def shard_range(n: int, index: int, count: int) -> tuple[int, int]:
+    """The records ``[start, stop)`` of shard ``index`` of ``count`` over ``n`` records."""
+    return n * index // count, n * (index + 1) // count
+
+
+def _input_identity(path: str) -> dict[str, Any]:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha.hexdigest()}
+
+
+def _settings(args: argparse.Namespace, shard_count: int) -> dict[str, Any]:
+    settings = {key: getattr(args, key, None) for key in _SETTINGS if key != "shard_count"}
+    if args.format == "paragraph":  # the defaults written out: a rerun spelling them gives the same run
+        settings["query"] = args.query or "caption"
+        settings["pool"] = [p.strip() for p in (args.pool or "caption,positives").split(",")]
+    if settings["image_embeddings"] is not None:
+        settings["image_embeddings"] = os.path.abspath(settings["image_embeddings"])
+    settings["shard_count"] = shard_count
+    return settings
+
+
+@dataclass
+class ShardRun:
+    """The work folder of one sharded run, its manifest checked against this invocation."""
+
+    work: Path
+    count: int
+    records: int
+
+    def part(self, index: int) -> Path:
+        return self.work / f"part-{index:05d}-of-{self.count:05d}.json"
+
+    def range(self, index: int) -> tuple[int, int]:
+        return shard_range(self.records, index, self.count)
+
+    def missing(self) -> list[int]:
+        return [i for i in range(self.count) if not self.part(i).is_file()]
+
+    def write_part(self, index: int, indices: list[list[int]]) -> None:
+        start, stop = self.range(index)
+        if len(indices) != stop - start:
+            raise ValueError(f"shard {index} holds {stop - start} records, given {len(indices)}")
+        atomic_write_json(self.part(index), {"shard": index, "start": start, "stop": stop, "indices": indices})
+
+    def read_parts(self, gallery: int) -> list[list[int]]:
+        """Every record's mined gallery indices, in input order, each part checked."""
+        out: list[list[int]] = []
+        for i in range(self.count):
+            path, (start, stop) = self.part(i), self.range(i)
+            try:
+                part = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise DataFormatError(path, f"cannot read the part of shard {i}: {e}; delete it and rerun "
+                                            f"--shard-index {i}") from None
+            rows = part.get("indices") if isinstance(part, dict) else None
+            if (part.get("start"), part.get("stop")) != (start, stop) or not isinstance(rows, list) \
+                    or len(rows) != stop - start \
+                    or not all(isinstance(r, list) and all(type(j) is int and 0 <= j < gallery for j in r)
+                               for r in rows):
+                raise DataFormatError(path, f"is not the part of shard {i} (records {start}..{stop - 1} as "
+                                            f"gallery indices below {gallery}); delete it and rerun "
+                                            f"--shard-index {i}", field="indices")
+            out.extend(rows)
+        return out
+
+    def claim_merge(self, force: bool) -> bool:
+        """Whether this process merges: the first to make ``merging/`` (``force``: always)."""
+        try:
+            os.mkdir(self.work / "merging")
+        except FileExistsError:
+            return force
+        return True
+
+    def remove(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    out = []
+    if stored.get("records") != wanted["records"] or stored.get("input", {}).get("sha256") != \
+            wanted["input"]["sha256"] or stored.get("input", {}).get("size") != wanted["input"]["size"]:
+        out.append(f"INPUT: {wanted['input']['path']} is not the file the shards already written mined "
+                   f"({stored.get('input', {}).get('size')} bytes, SHA-256 {stored.get('input', {}).get('sha256')})")
+    for key, option in _SETTINGS.items():
+        if stored.get("settings", {}).get(key) != wanted["settings"][key]:
+            out.append(f"{option}: the shards already written were mined with "
+                       f"{stored.get('settings', {}).get(key)!r}, this run gives {wanted['settings'][key]!r}")
+    return out
+
+
+def open_shards(args: argparse.Namespace, records: int) -> ShardRun:
+    """Create the work folder of ``--out`` and its manifest, or check the one there against
+    ``args`` (a different input or setting is refused, naming it)."""
+    work = work_dir_of(args.out)
+    manifest_path = work / "manifest.json"
+    if args.merge_only:
+        if not manifest_path.is_file():
+            raise UsageError("--merge-only", f"no shards of {args.out} to merge: {manifest_path} does not exist")
+        stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+        count = args.shard_count or stored.get("settings", {}).get("shard_count")
+    else:
+        stored, count = None, args.shard_count
+        if manifest_path.is_file():
+            stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+    wanted = {"format": _FORMAT, "version": _VERSION, "records": records,
+              "input": {"path": os.path.abspath(args.input), **_input_identity(args.input)},
+              "settings": _settings(args, count)}
+    if stored is not None:
+        if stored.get("format") != _FORMAT or stored.get("version") != _VERSION:
+            raise DataFormatError(manifest_path, f"is not a {_FORMAT} v{_VERSION} manifest; remove {work}")
+        diffs = _differences(stored, wanted)
+        if diffs:
+            option, problem = diffs[0].split(": ", 1)
+            raise UsageError(option, f"{problem}; rerun with the same settings, or remove {work} to start over")
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(manifest_path, wanted)
+    return ShardRun(work, count, records)
