@@ -61,6 +61,27 @@ CASES = {
                        ["invalid choice: 'mvc-corpus'"], "out.jsonl"),
     "bad-model": ([*P[:3], "no_such_module:Model", "--out", "{t}/out.jsonl"], ["--model", "no_such_module"],
                   "out.jsonl"),
+    "shard-index-out-of-range": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "3", "--shard-count", "3"],
+                                 ["--shard-index", "0 .. 2", "found 3"], "out.jsonl"),
+    "shard-index-without-count": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "0"], ["--shard-count"],
+                                  "out.jsonl"),
+    "shard-count-without-index": ([*P, "--out", "{t}/out.jsonl", "--shard-count", "2"],
+                                  ["--shard-index", "$SLURM_ARRAY_TASK_ID"], "out.jsonl"),
+    "shard-count-zero": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "0", "--shard-count", "0"],
+                         ["--shard-count"], "out.jsonl"),
+    "shard-index-negative": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "-1", "--shard-count", "2"],
+                             ["--shard-index"], "out.jsonl"),
+    "merge-only-with-index": ([*P, "--out", "{t}/out.jsonl", "--merge-only", "--shard-index", "0"],
+                              ["--shard-index", "--merge-only"], "out.jsonl"),
+    "merge-only-nothing-to-merge": ([*P, "--out", "{t}/out.jsonl", "--merge-only"],
+                                    ["--merge-only", ".out.jsonl.parts", "does not exist"], "out.jsonl"),
+    "shard-with-bad-model": ([*P[:3], "no_such_module:Model", "--out", "{t}/out.jsonl", "--shard-index", "0",
+                              "--shard-count", "2"], ["--model", "no_such_module"], "out.jsonl"),
+    "shard-store-of-another-dim": ([*P, "--out", "{t}/out.jsonl", "--query", "image", "--image-embeddings",
+                                    "{t}/store8", "--shard-index", "1", "--shard-count", "2"],
+                                   ["--image-embeddings", "8-d", "24 dimensions"], "out.jsonl"),
+    "shard-of-bad-record": (["paragraph", "{t}/bad.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl",
+                             "--shard-index", "0", "--shard-count", "2"], ["bad.jsonl", "caption"], "out.jsonl"),
 }
 
 
@@ -69,6 +90,7 @@ def test_mine_refuses_bad_input(tmp_path, case):
     corpus(tmp_path)
     argv, where, leaves = CASES[case]
     argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
-    assert_refused(argv, *where, leaves=[tmp_path / leaves] if leaves and leaves != "train.jsonl" else [])
+    assert_refused(argv, *where, leaves=[tmp_path / leaves, tmp_path / f".{leaves}.parts"]
+                   if leaves and leaves != "train.jsonl" else [])
     if case == "out-is-input":
         assert (tmp_path / "train.jsonl").read_text().count("\n") == 6  # untouched

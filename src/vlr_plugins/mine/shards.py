@@ -102,6 +102,7 @@ class ShardRun:
     work: Path
     count: int
     records: int
+    new_manifest: dict[str, Any] | None = None  # written with the first part (a refused run writes nothing)
 
     def part(self, index: int) -> Path:
         return self.work / f"part-{index:05d}-of-{self.count:05d}.json"
@@ -116,6 +117,14 @@ class ShardRun:
         start, stop = self.range(index)
         if len(indices) != stop - start:
             raise ValueError(f"shard {index} holds {stop - start} records, given {len(indices)}")
+        if self.new_manifest is not None:
+            self.work.mkdir(parents=True, exist_ok=True)
+            manifest = self.work / "manifest.json"
+            if manifest.is_file():  # a shard that started alongside wrote it: the same run?
+                _check_same(manifest, self.new_manifest, self.work)
+            else:
+                atomic_write_json(manifest, self.new_manifest)
+            self.new_manifest = None
         atomic_write_json(self.part(index), {"shard": index, "start": start, "stop": stop, "indices": indices})
 
     def read_parts(self, gallery: int) -> list[list[int]]:
@@ -164,31 +173,43 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     return out
 
 
+def _read_manifest(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataFormatError(path, f"cannot read the manifest of the shards: {e}; remove {path.parent} to start "
+                                    "over") from None
+
+
+def _check_same(path: Path, wanted: dict[str, Any], work: Path, stored: dict[str, Any] | None = None) -> None:
+    stored = _read_manifest(path) if stored is None else stored
+    if not isinstance(stored, dict) or stored.get("format") != _FORMAT or stored.get("version") != _VERSION:
+        raise DataFormatError(path, f"is not a {_FORMAT} v{_VERSION} manifest; remove {work}")
+    diffs = _differences(stored, wanted)
+    if diffs:
+        option, problem = diffs[0].split(": ", 1)
+        raise UsageError(option, f"{problem}; rerun with the same settings, or remove {work} to start over")
+
+
 def open_shards(args: argparse.Namespace, records: int) -> ShardRun:
-    """Create the work folder of ``--out`` and its manifest, or check the one there against
-    ``args`` (a different input or setting is refused, naming it)."""
+    """The work folder of ``--out``: its manifest checked against ``args`` (a different input
+    or setting is refused, naming it); a new one is written with the first part."""
     work = work_dir_of(args.out)
     manifest_path = work / "manifest.json"
     if args.merge_only:
         if not manifest_path.is_file():
             raise UsageError("--merge-only", f"no shards of {args.out} to merge: {manifest_path} does not exist")
-        stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+        stored = _read_manifest(manifest_path)
+        if not isinstance(stored, dict):
+            _check_same(manifest_path, {}, work, stored)  # refuses it, naming the file
         count = args.shard_count or stored.get("settings", {}).get("shard_count")
     else:
         stored, count = None, args.shard_count
         if manifest_path.is_file():
-            stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+            stored = _read_manifest(manifest_path)
     wanted = {"format": _FORMAT, "version": _VERSION, "records": records,
               "input": {"path": os.path.abspath(args.input), **_input_identity(args.input)},
               "settings": _settings(args, count)}
     if stored is not None:
-        if stored.get("format") != _FORMAT or stored.get("version") != _VERSION:
-            raise DataFormatError(manifest_path, f"is not a {_FORMAT} v{_VERSION} manifest; remove {work}")
-        diffs = _differences(stored, wanted)
-        if diffs:
-            option, problem = diffs[0].split(": ", 1)
-            raise UsageError(option, f"{problem}; rerun with the same settings, or remove {work} to start over")
-    else:
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(manifest_path, wanted)
-    return ShardRun(work, count, records)
+        _check_same(manifest_path, wanted, work, stored)
+    return ShardRun(work, count, records, None if stored is not None else wanted)
