@@ -203,7 +203,10 @@ def add_cli(sub: Any) -> None:
                     "             output record per mined sentence (CaRe stage II reads it)\n"
                     "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
                     "(sentence-transformers' mine_hard_negatives); --margin M: a negative scores at least M\n"
-                    "below every positive of its query (a guard against false negatives).")
+                    "below every positive of its query (a guard against false negatives).\n"
+                    "--shard-index I --shard-count N (a job array): mine a contiguous range of the queries\n"
+                    "against the whole gallery into a part beside --out; a rerun redoes only missing parts;\n"
+                    "the last shard to finish (or --merge-only) writes --out.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,
