@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MLLM_PREFIX", "ModelSpec", "Role", "check_model_dtype_option", "load_checked_text_encoder",
            "load_image_encoder", "load_mllm_spec", "load_text_encoder", "load_text_model", "load_text_tokenizer",
-           "load_video_encoder", "mllm_model_folder", "model_dtype_record", "parse_model_spec", "split_mllm_spec", "takes_model_dtype",
-           "text_encoder_meta", "text_model_source"]
+           "load_video_encoder", "mllm_model_folder", "model_dtype_record", "parse_model_spec",
+           "refuse_tokenizer_options", "split_mllm_spec", "takes_model_dtype", "text_encoder_meta", "text_model_source"]
 
 Role = Literal["text", "image", "video"]
 MLLM_PREFIX = "mllm:"
@@ -130,6 +130,16 @@ def text_model_source(spec: str) -> str:
     checkpoint or ``blip:<name>``, scored through its tokenizer)."""
     scheme = parse_model_spec(spec, "text").scheme
     return "checkpoint" if scheme == "blip" else scheme
+
+
+def refuse_tokenizer_options(spec: str, given: dict[str, Any]) -> None:
+    """A text model that tokenizes its texts itself (``open_clip:``, ``mllm:``, ``module:callable``)
+    takes none of the options only a checkpoint's tokenizer reads: ``given`` maps each such
+    option (``--tokenizer``, ``--truncation``) to its value; the first one set is refused."""
+    for option, value in given.items():
+        if value:
+            raise UsageError(option, f"{spec} tokenizes its texts itself; {option} is for `vlr train` "
+                                     "checkpoints and blip: models")
 
 
 # --------------------------------------------------------------------------- the model dtype rule

@@ -59,6 +59,8 @@ CASES = {
                        "out.jsonl"),
     "unknown-format": (["mvc-corpus", "{t}/train.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl"],
                        ["invalid choice: 'mvc-corpus'"], "out.jsonl"),
+    "tokenizer-of-a-text-model": ([*P, "--out", "{t}/out.jsonl", "--tokenizer", "{t}/tok"],
+                                  ["--tokenizer", "tokenizes its texts itself"], "out.jsonl"),
     "bad-model": ([*P[:3], "no_such_module:Model", "--out", "{t}/out.jsonl"], ["--model", "no_such_module"],
                   "out.jsonl"),
     "shard-index-out-of-range": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "3", "--shard-count", "3"],

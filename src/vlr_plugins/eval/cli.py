@@ -18,6 +18,7 @@ from vlr_plugins.specs import (
     load_text_model,
     load_text_tokenizer,
     model_dtype_record,
+    refuse_tokenizer_options,
     text_model_source,
 )
 
@@ -145,10 +146,7 @@ def _eval_model(args: argparse.Namespace, specs, budgets: dict[str, int], overri
             raise UsageError("--rerank-k", f"{args.model} is a text encoder without a matching head; re-ranking "
                                            "needs a model with match_scores (docs/eval.md)")
         return encoder.to(device), tokenizer, budgets
-    for option, given in (("--tokenizer", args.tokenizer), ("--truncation", truncation)):
-        if given:
-            raise UsageError(option, f"{args.model} tokenizes its texts itself; {option} is for `vlr train` "
-                                     "checkpoints and blip: models")
+    refuse_tokenizer_options(args.model, {"--tokenizer": args.tokenizer, "--truncation": truncation})
     model = load_text_model(args.model, setting="--model", device=device, dtype=args.model_dtype)
     _check_budgets(specs, overrides, overrides, protocol, None, getattr(model, "max_positions", None),
                    args.benchmarks)

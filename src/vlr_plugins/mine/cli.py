@@ -85,7 +85,13 @@ def _embed_texts(args: argparse.Namespace, device: str):
     ``--max-tokens`` (default its positions), any other text model through ``encode_text``."""
     from vlr_plugins.eval.encode import encode_texts
     from vlr_plugins.eval.models import encode_with_model
-    from vlr_plugins.specs import load_checked_text_encoder, load_text_model, load_text_tokenizer, text_model_source
+    from vlr_plugins.specs import (
+        load_checked_text_encoder,
+        load_text_model,
+        load_text_tokenizer,
+        refuse_tokenizer_options,
+        text_model_source,
+    )
 
     if text_model_source(args.model) == "checkpoint":
         encoder = load_checked_text_encoder(args.model, "--model").to(device)
@@ -96,9 +102,7 @@ def _embed_texts(args: argparse.Namespace, device: str):
         budget = args.max_tokens or positions or 77
         return lambda texts, desc: encode_texts(encoder, tokenizer, texts, budget, batch_size=args.batch_size,
                                                 device=device, desc=desc)
-    if args.tokenizer:
-        raise UsageError("--tokenizer", f"{args.model} tokenizes its texts itself; --tokenizer is for `vlr train` "
-                                        "checkpoints and blip: models")
+    refuse_tokenizer_options(args.model, {"--tokenizer": args.tokenizer})
     model = load_text_model(args.model, setting="--model", device=device, dtype=args.model_dtype)
     return lambda texts, desc: encode_with_model(model, texts, max_tokens=args.max_tokens,
                                                  batch_size=args.batch_size, desc=desc)
