@@ -31,6 +31,7 @@ import torch
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import (
     TileKeys,
+    ahead_in_rows,
     direct_rows_per_chunk,
     gallery_scores,
     is_positive,
@@ -159,10 +160,5 @@ def _rank_pairs(matrix: ScoreMatrix, items: torch.Tensor, scores: torch.Tensor, 
         own = torch.full((len(items), 1), -1, device=matrix.device, dtype=torch.long)
         threshold[position[pick], 0] = scores[position[pick], text[pick]]
         own[position[pick], 0] = text[pick]
-        ahead = (scores > threshold).sum(1)  # then the ties ahead: two (Q, M) masks at most at once
-        ties = scores == threshold
-        ties &= index < own
-        ahead += ties.sum(1)
-        del ties
-        out[text[pick]] = ahead[position[pick]]
+        out[text[pick]] = ahead_in_rows(scores, threshold, own, index)[position[pick]]
     return not_finite

@@ -173,11 +173,18 @@ def _best_positive_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Ten
     is_best = positive_score == best_score[position]
     best_positive = torch.full((len(queries),), n_gallery, device=matrix.device).scatter_reduce_(
         0, position[is_best], positive[is_best], "amin")
-    best = best_score[:, None]
-    ahead = (scores > best).sum(1)  # then the ties ahead: two (Q, G) masks at most at once
-    ties = scores == best
-    ties &= matrix.arange(n_gallery) < best_positive[:, None]
-    return ahead + ties.sum(1), best_score
+    return ahead_in_rows(scores, best_score[:, None], best_positive[:, None], matrix.arange(n_gallery)), best_score
+
+
+def ahead_in_rows(scores: torch.Tensor, threshold: torch.Tensor, own: torch.Tensor,
+                  index: torch.Tensor) -> torch.Tensor:
+    """(Q,) the candidates of each row of ``scores`` (Q, G) ahead of a positive scoring
+    ``threshold`` (Q, 1) at gallery index ``own`` (Q, 1): those above it, and those equal to it
+    at a lower ``index`` (G,); two (Q, G) masks at most at once."""
+    ahead = (scores > threshold).sum(1)
+    ties = scores == threshold
+    ties &= index < own
+    return ahead + ties.sum(1)
 
 
 def _rerank(matrix: ScoreMatrix, direction: str, queries: torch.Tensor, scores: torch.Tensor,
