@@ -27,6 +27,7 @@ def _graph_names(t: torch.Tensor) -> set[str]:
 
 
 def test_the_option_gives_the_uncached_gradients(write_run_config, tiny_world, tiny_model_options):
+    torch.manual_seed(0)
     task, datasets, cached = build_run(write_run_config, tiny_world, tiny_model_options,
                                     "model.loss.cache_chunk=3")
     _, _, plain = build_run(write_run_config, tiny_world, tiny_model_options)
@@ -46,7 +47,13 @@ def test_the_option_gives_the_uncached_gradients(write_run_config, tiny_world, t
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     assert got.keys() == expected.keys() and any(n.startswith("text_proj.") for n in got)
     for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+        # The cache sums each parameter's gradient chunk by chunk, the plain run over the whole
+        # batch: float32 in another order. An entry near zero that sums large terms (a word
+        # embedding row of a frequent token) keeps an error of a few eps times the largest
+        # term, so the absolute tolerance scales with the gradient (measured: <= 2.2e-7 x max
+        # over 12 seeds); a wrong gradient is off by orders of magnitude more.
+        scale = max(1.0, float(expected[name].abs().max()))
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6 * scale, msg=name)
 
 
 def test_lavis_trains_an_epoch_with_the_cache(write_run_config, tiny_world, tiny_model_options):
