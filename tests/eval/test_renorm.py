@@ -147,14 +147,18 @@ TILES = [(None, 256 * 2**20), (4, 4096), (1, 900), (None, 300)]
 @pytest.mark.parametrize("chunk_size, max_chunk_bytes", TILES)
 def test_dual_softmax_equals_the_full_matrix_reference(problem, order, chunk_size, max_chunk_bytes):
     items, texts, owner = arranged(problem, order)
-    for temperature in (100.0, 7.5):
+    S = score_matrix(items, texts)
+    for temperature in (100.0, 7.5, 300.0):
         got = retrieval_recall(items, texts, owner, renorm=DualSoftmax(temperature), rank_metrics=METRICS,
                                return_ranks=True, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes)
-        want = reference_result(*dsl_reference(score_matrix(items, texts).numpy(), temperature), owner)
+        want = reference_result(*dsl_reference(S.numpy(), temperature), owner)
         check(got, want)
         assert got["renorm"] == {"method": "dsl", "temperature": temperature}
-    # the data reach the float64 path: positive pairs with a score <= 0
-    assert (score_matrix(items, texts)[owner, torch.arange(len(owner))] <= 0).any()
+    # both paths are reached: positive pairs scoring < 0 stay in the tiles (negative keys); at
+    # tau = 300 some positive's transformed score is below 2^-100, ranked from float64 rows
+    assert (S[owner, torch.arange(len(owner))] < 0).any()
+    i2t, t2i = dsl_reference(S.numpy(), 300.0)
+    assert (abs(t2i[torch.arange(len(owner)), owner]) < 2.0 ** -100).any()
 
 
 def qb_reference(items, texts, owner, text_bank, item_bank, k, beta):

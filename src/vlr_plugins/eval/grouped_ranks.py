@@ -37,6 +37,8 @@ from vlr_plugins.eval._tiles import (
     tile_budget,
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
+from vlr_plugins.eval.renorm_keys import QueryBankChoice
+from vlr_plugins.eval.renorm_pass import merge_best, tile_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
 _INF = float("inf")
@@ -81,22 +83,55 @@ def worker_budget(matrix: ScoreMatrix, buffers: int = 2) -> tuple[int, int]:
     return matrix.workers, max(1, budget * 2 // buffers // matrix.workers)
 
 
+class _Channel:
+    """One direction counted under one kind of key (``keys``: a re-normalisation's, or None for
+    the raw scores): its queries' thresholds (the positive's key, the next float below it for
+    ``>=``), the counts the diagonal tiles add, the queries to redo row-wise, and with
+    ``pair_ranks`` (image-to-text) every positive pair's counts."""
+
+    def __init__(self, matrix: ScoreMatrix, direction: str, keys: TileKeys | None, bounds: list[int],
+                 pair_ranks: bool) -> None:
+        n_queries = matrix.n_texts if direction == "t2i" else matrix.n_items
+        self.direction, self.keys = direction, keys
+        self.threshold = torch.empty(n_queries, device=matrix.device)
+        self.down = self.threshold
+        self.ahead = count_accumulators(matrix.n_items, matrix.n_texts, matrix.device)[direction == "t2i"]
+        self.redo = torch.zeros(n_queries, dtype=torch.bool, device=matrix.device)
+        self.pairs = PairCounts(matrix, bounds, keys) if pair_ranks and direction == "i2t" else None
+
+    def tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
+             spare: torch.Tensor | None, work: torch.Tensor) -> torch.Tensor:
+        """The tile's keys for this channel (``scores`` itself for the raw scores)."""
+        if self.keys is None:
+            return scores
+        keys = self.keys.t2i_tile if self.direction == "t2i" else self.keys.i2t_tile
+        return keys(scores, items, texts, spare, work)
+
+    def unsafe(self, positive: torch.Tensor) -> torch.Tensor:
+        """Which thresholds cannot serve in float32 (never, for the raw scores)."""
+        return torch.zeros_like(positive, dtype=torch.bool) if self.keys is None else ~self.keys.safe(positive)
+
+
 class _Worker:
     """One worker's tile buffers (a tile of at most ``rows`` items x ``cols`` aligned
-    texts and its work buffer, their rows of embeddings) and its own texts-ahead counts
-    of every item, which tiles of several text blocks add to."""
+    texts and its work buffer, their rows of embeddings), its own counts of every channel,
+    which tiles of several text blocks add to, and its raw top-1s where a choice needs them."""
 
     def __init__(self, matrix: ScoreMatrix, rows: int, cols: int, ones: torch.Tensor,
-                 ahead_of_items: torch.Tensor, ahead_of_texts: torch.Tensor,
-                 pairs: PairCounts | None = None, buffers: int = 2) -> None:
+                 channels: list[_Channel], top1: dict[str, bool], buffers: int = 2) -> None:
         device = matrix.device
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
         self.text_rows = torch.empty(cols, matrix.dim, device=device)
         self.buffers = torch.empty(buffers, rows * cols, device=device)
-        self.ahead_of_items = torch.zeros_like(ahead_of_items)
-        self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
-        self.pair_counts = pairs.worker_counts() if pairs is not None else None
+        self.ahead = [torch.zeros_like(channel.ahead) for channel in channels]
+        self.pair_counts = [channel.pairs.worker_counts() if channel.pairs is not None else None
+                            for channel in channels]
+        # direction -> (best raw score, its gallery index) of every query
+        sizes = {"t2i": (matrix.n_texts, matrix.n_items), "i2t": (matrix.n_items, matrix.n_texts)}
+        self.top1 = {d: (torch.full((sizes[d][0],), -_INF, device=device),
+                         torch.full((sizes[d][0],), sizes[d][1], dtype=torch.long, device=device))
+                     for d, wanted in top1.items() if wanted}
         self.loaded = -1  # the text block in text_rows
 
     def load_texts(self, block: int, t0: int, t1: int) -> None:
@@ -117,9 +152,17 @@ class _Worker:
         torch.mm(self.item_rows[:a1 - a0], self.text_rows[:shape[1]].T, out=self.buffers[0][:shape[0] * shape[1]].view(shape))
         return scores, work, spare[0] if spare else None
 
+    def track_top1(self, scores: torch.Tensor, work: torch.Tensor, items: tuple[int, int],
+                   texts: tuple[int, int], positions: torch.Tensor) -> None:
+        """Each query's best raw score and index so far, with this tile's."""
+        for direction, (best, index) in self.top1.items():
+            dim, (q0, q1), g0 = (0, texts, items[0]) if direction == "t2i" else (1, items, texts[0])
+            value, at = tile_best(scores, dim, work, self.ones, positions)
+            merge_best(best[q0:q1], index[q0:q1], value, at + g0)
+
 
 def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False,
-                  keys: TileKeys | None = None) -> tuple[torch.Tensor, ...]:
+                  keys: TileKeys | QueryBankChoice | None = None) -> tuple[torch.Tensor, ...]:
     """(N,) 0-based rank of every item's best text and (M,) of every text's owner, over the
     diagonal blocks ``bounds`` (from :func:`diagonal_blocks`); ties as in
     :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`. On CPU the tiles are shared among
@@ -132,23 +175,25 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     (:mod:`~vlr_plugins.eval.renorm_keys`; ``bounds`` from ``diagonal_blocks(matrix, buffers=3)``):
     each tile's keys are computed once per direction in a third buffer, text-to-image compared
     column-wise and image-to-text row-wise, the thresholds read from the diagonal tiles' keys;
-    a query whose threshold is not finite is ranked row-wise with the same keys."""
-    device, n_items, n_texts = matrix.device, matrix.n_items, matrix.n_texts
+    a query whose threshold is not ``keys.safe`` is ranked row-wise with the same keys. With a
+    :class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`, a direction with a bank is counted
+    under each of its alternatives (one channel each) and every query's raw top-1 is found in
+    the same tiles; each query then takes its alternative's rank."""
+    device = matrix.device
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
     texts = list(pairwise(text_bounds))
     rows = max(b - a for a, b in items)
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
-    ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
-    pairs = PairCounts(matrix, bounds, keys) if pair_ranks else None
+    positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
+    choice = keys if isinstance(keys, QueryBankChoice) else None
+    alternatives = {d: choice.alternatives(d) if choice is not None else [keys] for d in ("t2i", "i2t")}
+    channels = [_Channel(matrix, d, k, bounds, pair_ranks) for d in ("t2i", "i2t") for k in alternatives[d]]
+    top1 = {d: len(alternatives[d]) > 1 for d in ("t2i", "i2t")}
     buffers = 2 if keys is None else 3
-    workers = [_Worker(matrix, rows, cols, ones, ahead_of_items, ahead_of_texts, pairs, buffers)
+    workers = [_Worker(matrix, rows, cols, ones, channels, top1, buffers)
                for _ in range(min(worker_budget(matrix)[0], len(items)))]
-    positive_score = torch.empty(n_texts, device=device)
-    best_score = torch.empty(n_items, device=device)
-    redo_items = torch.zeros(n_items, dtype=torch.bool, device=device)
-    redo_texts = torch.zeros(n_texts, dtype=torch.bool, device=device)
 
     def diagonal(worker: _Worker, block: int) -> None:
         """Block ``block``'s diagonal tile: its thresholds, exact ties and counts (each
@@ -156,26 +201,25 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         (a0, a1), (t0, t1) = items[block], texts[block]
         worker.load_texts(block, t0, t1)
         scores, work, spare = worker.score((a0, a1), (t0, t1))
+        worker.track_top1(scores, work, (a0, a1), (t0, t1), positions)
         local_owner = matrix.owner[t0:t1] - a0
-        t2i = scores if keys is None else keys.t2i_tile(scores, (a0, a1), (t0, t1), spare, work)
-        positive = t2i[local_owner, matrix.arange(t1 - t0)]
-        positive_score[t0:t1] = positive
-        ties = torch.zeros(t1 - t0, device=device)
-        count_above(t2i, positive, work, 0, ties, ones, compare=torch.eq)
-        redo_texts[t0:t1] = (ties > 1) if keys is None else (ties > 1) | ~torch.isfinite(positive)
-        count_above(t2i, positive, work, 0, ahead_of_texts[t0:t1], ones)
-        i2t = scores if keys is None else keys.i2t_tile(scores, (a0, a1), (t0, t1), spare, work)
-        if keys is not None:  # a NaN key (a score <= 0 under the dual softmax) is behind every finite one
-            positive = i2t[local_owner, matrix.arange(t1 - t0)]
-        best = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(
-            0, local_owner, positive if keys is None else _nan_behind(positive), "amax")
-        best_score[a0:a1] = best
-        ties = torch.zeros(a1 - a0, device=device)
-        count_above(i2t, best[:, None], work, 1, ties, ones, compare=torch.eq)
-        redo_items[a0:a1] = (ties > 1) if keys is None else (ties > 1) | ~torch.isfinite(best)
-        count_above(i2t, best[:, None], work, 1, ahead_of_items[a0:a1], ones)
-        if pairs is not None:
-            pairs.diagonal(block, items[block], texts[block], positive, i2t, work, ones)
+        for channel in channels:
+            tile = channel.tile(scores, (a0, a1), (t0, t1), spare, work)
+            positive = tile[local_owner, matrix.arange(t1 - t0)]
+            if channel.direction == "t2i":
+                threshold, q, dim = positive, slice(t0, t1), 0
+            else:  # a NaN key (a score <= 0 under the dual softmax) is behind every finite one
+                threshold = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(
+                    0, local_owner, positive if channel.keys is None else _nan_behind(positive), "amax")
+                q, dim = slice(a0, a1), 1
+            channel.threshold[q] = threshold
+            compared = threshold if dim == 0 else threshold[:, None]
+            ties = torch.zeros(len(threshold), device=device)
+            count_above(tile, compared, work, dim, ties, ones, compare=torch.eq)
+            channel.redo[q] = (ties > 1) | channel.unsafe(threshold)
+            count_above(tile, compared, work, dim, channel.ahead[q], ones)
+            if channel.pairs is not None:
+                channel.pairs.diagonal(block, items[block], texts[block], positive, tile, work, ones)
 
     def column_part(worker: _Worker, task: tuple[int, range]) -> None:
         """Tiles of text block ``c`` against item blocks ``rows`` (but ``c``): counts in the
@@ -188,36 +232,54 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
                 continue
             a0, a1 = items[r]
             scores, work, spare = worker.score((a0, a1), (t0, t1))
-            # r < c: these items come before the texts' owners, these texts after the items' best
-            text_threshold = (positive_down if r < c else positive_score)[t0:t1]
-            item_threshold = (best_score if r < c else best_down)[a0:a1, None]
-            t2i = scores if keys is None else keys.t2i_tile(scores, (a0, a1), (t0, t1), spare, work)
-            count_above(t2i, text_threshold, work, 0, worker.ahead_of_texts[t0:t1], ones)
-            i2t = scores if keys is None else keys.i2t_tile(scores, (a0, a1), (t0, t1), spare, work)
-            count_above(i2t, item_threshold, work, 1, worker.ahead_of_items[a0:a1], ones)
-            if pairs is not None:
-                pairs.off_diagonal(worker.pair_counts, r, c, (a0, a1), i2t, work, ones)
+            worker.track_top1(scores, work, (a0, a1), (t0, t1), positions)
+            for channel, ahead, pair_counts in zip(channels, worker.ahead, worker.pair_counts):
+                tile = channel.tile(scores, (a0, a1), (t0, t1), spare, work)
+                # r < c: these items come before the texts' owners, these texts after the items' best
+                if channel.direction == "t2i":
+                    threshold = (channel.down if r < c else channel.threshold)[t0:t1]
+                    count_above(tile, threshold, work, 0, ahead[t0:t1], ones)
+                else:
+                    threshold = (channel.threshold if r < c else channel.down)[a0:a1, None]
+                    count_above(tile, threshold, work, 1, ahead[a0:a1], ones)
+                    if pair_counts is not None:
+                        channel.pairs.off_diagonal(pair_counts, r, c, (a0, a1), tile, work, ones)
 
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(range(len(items)), diagonal, workers)
         # ">= x" is "> the next float below x"
-        down = torch.tensor(-_INF, device=device)
-        positive_down, best_down = torch.nextafter(positive_score, down), torch.nextafter(best_score, down)
+        for channel in channels:
+            channel.down = torch.nextafter(channel.threshold, torch.tensor(-_INF, device=device))
         # each column in parts of about equal work, so that the workers finish together
         parts = PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
         tasks = [(c, rows) for c in range(len(texts)) for rows in split_range(len(items), parts)]
         visit_in_parallel(tasks, column_part, workers)
-    for worker in workers:
-        ahead_of_items += worker.ahead_of_items
-        ahead_of_texts += worker.ahead_of_texts
-    with exact_matmuls():
-        ranks = (ahead_of_items.long(), ahead_of_texts.long())
-        for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
-            if redo.any():
-                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten(), keys=keys)
-    if pairs is not None:
-        return (*ranks, pairs.ranks([worker.pair_counts for worker in workers]))
-    return ranks
+    ranks: dict[str, list[torch.Tensor]] = {"t2i": [], "i2t": []}
+    pairs: list[torch.Tensor] = []
+    for i, channel in enumerate(channels):
+        for worker in workers:
+            channel.ahead += worker.ahead[i]
+        rank = channel.ahead.long()
+        if bool(channel.redo.any()):
+            with exact_matmuls():
+                rank[channel.redo] = row_ranks(matrix, channel.direction, channel.redo.nonzero().flatten(),
+                                               keys=channel.keys)
+        ranks[channel.direction].append(rank)
+        if channel.pairs is not None:
+            pairs.append(channel.pairs.ranks([worker.pair_counts[i] for worker in workers]))
+    found = [ranks["i2t"][0], ranks["t2i"][0]]
+    for d, at in (("i2t", 0), ("t2i", 1)):
+        if len(ranks[d]) > 1:
+            best, index = workers[0].top1[d]
+            for other in workers[1:]:
+                merge_best(best, index, *other.top1[d])
+            normalised = choice.choose(d, index)
+            found[at] = torch.where(normalised, ranks[d][1], ranks[d][0])
+            if d == "i2t" and pairs:
+                pairs = [torch.where(normalised[matrix.owner], pairs[1], pairs[0])]
+    if pair_ranks:
+        return (*found, pairs[0])
+    return tuple(found)
 
 
 def _nan_behind(keys: torch.Tensor) -> torch.Tensor:

@@ -79,7 +79,7 @@ class PairCounts:
         with a positive whose score (a re-normalisation's key) is not finite is ranked row-wise."""
         (a0, a1), (t0, t1) = items, texts
         if self.keys is not None:
-            not_finite = ~torch.isfinite(positive)
+            not_finite = ~self.keys.safe(positive)
             if bool(not_finite.any()):
                 self.redo[self.matrix.owner[t0:t1][not_finite]] = True
         threshold = self.threshold[:, a0:a1]
@@ -130,7 +130,7 @@ def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
             chunk = items[start:start + per_chunk]
             raw = gallery_scores(matrix, matrix.items, chunk, matrix.texts)
             scores = raw if keys is None else keys.rows("i2t", raw, chunk)
-            not_finite = _rank_pairs(matrix, chunk, scores, out)
+            not_finite = _rank_pairs(matrix, chunk, scores, out, torch.isfinite if keys is None else keys.safe)
             if keys is not None and bool(not_finite.any()):
                 del scores  # the keys: their bytes hold the float64 rows
                 for part in not_finite.nonzero().flatten().split(direct_rows_per_chunk(per_chunk, keys)):
@@ -145,15 +145,16 @@ def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,
     return out
 
 
-def _rank_pairs(matrix: ScoreMatrix, items: torch.Tensor, scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def _rank_pairs(matrix: ScoreMatrix, items: torch.Tensor, scores: torch.Tensor, out: torch.Tensor,
+                safe: Callable[[torch.Tensor], torch.Tensor] = torch.isfinite) -> torch.Tensor:
     """``out[j]`` for every text j of ``items`` (Q,): its rank by ``scores`` (Q, M) in its owner's
     row (lower index ahead on ties). Returns (Q,) whether an item has a positive whose score is
-    not finite."""
+    not ``safe`` as a threshold."""
     index = matrix.arange(matrix.n_texts)
     position, text = positive_pairs(matrix, "i2t", items)  # grouped by position
     slot = matrix.arange(len(position)) - torch.searchsorted(position, position)
     not_finite = torch.zeros(len(items), dtype=torch.bool, device=matrix.device)
-    not_finite[position[~torch.isfinite(scores[position, text])]] = True
+    not_finite[position[~safe(scores[position, text])]] = True
     for s in range(int(slot.max()) + 1):  # each query's s-th text at once, +inf for the others
         pick = (slot == s).nonzero().flatten()
         threshold = torch.full((len(items), 1), _INF, device=matrix.device, dtype=scores.dtype)

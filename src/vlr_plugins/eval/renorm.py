@@ -17,9 +17,11 @@ gallery by with transformed ones; ranks are read per direction under the engine'
   query whose raw top-1 (lower index on ties) is in the set ranks by ``exp(beta s_qg) / Z_g``,
   the others by their raw scores.
 
-How they are computed exactly: :mod:`~vlr_plugins.eval.renorm_pass` (the statistics, one tiled
-pass over the matrix and one over bank x gallery) and :mod:`~vlr_plugins.eval.renorm_keys`
-(the transformed scores of a tile or a row, the same float32 operations for both).
+How they are computed exactly: :mod:`~vlr_plugins.eval.renorm_pass` (the statistics: for the
+dual softmax one tiled pass over the matrix, for QB-Norm one over bank x gallery) and
+:mod:`~vlr_plugins.eval.renorm_keys` (the transformed scores of a tile or a row, the same
+float32 operations for both); then the rank pass. So each costs two products of the matrix's
+size (QB-Norm: of the bank's), not three.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from vlr_plugins.eval._tiles import ScoreMatrix
-from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankKeys
+from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankChoice, QueryBankKeys
 from vlr_plugins.eval.renorm_pass import bank_pass, test_pass
 
 __all__ = ["DualSoftmax", "QueryBankNorm", "Renorm", "renorm_keys", "renorm_record"]
@@ -99,9 +101,12 @@ def renorm_record(renorm: Renorm | None) -> dict | None:
     return None if renorm is None else renorm.record()
 
 
-def renorm_keys(renorm: Renorm, matrix: ScoreMatrix) -> DualSoftmaxKeys | QueryBankKeys:
+def renorm_keys(renorm: Renorm, matrix: ScoreMatrix,
+                grouped: bool = False) -> DualSoftmaxKeys | QueryBankKeys | QueryBankChoice:
     """The statistics of ``renorm`` over ``matrix`` (one tiled pass over the matrix, and one
-    over each bank x its gallery), as the keys the rank passes compare."""
+    over each bank x its gallery), as the keys the rank passes compare. ``grouped``: the ranks
+    come from the grouped pass, which finds QB-Norm's raw top-1s itself
+    (:class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`: no pass over the matrix first)."""
     if isinstance(renorm, DualSoftmax):
         found = test_pass(matrix, tau2=renorm.temperature / math.log(2.0))
         return DualSoftmaxKeys(renorm.temperature, found["item_lse"], found["text_lse"])
@@ -109,13 +114,13 @@ def renorm_keys(renorm: Renorm, matrix: ScoreMatrix) -> DualSoftmaxKeys | QueryB
         raise TypeError(f"renorm must be a DualSoftmax or a QueryBankNorm, found {type(renorm).__name__}")
     renorm.check_dim(matrix.dim)
     banks = (renorm.text_bank, renorm.item_bank)
-    found = test_pass(matrix, top1=tuple(bank is not None for bank in banks))
     beta2 = renorm.beta / math.log(2.0)
+    found = {} if grouped else test_pass(matrix, top1=tuple(bank is not None for bank in banks))
     directions = []
     for bank, gallery, top1 in zip(banks, (matrix.items, matrix.texts), ("t2i_top1", "i2t_top1")):
         if bank is None:
             directions.append(None)
             continue
         log_z, active = bank_pass(matrix, bank, gallery, beta2, int(renorm.k))
-        directions.append((log_z, active[found[top1]]))
-    return QueryBankKeys(renorm.beta, *directions)
+        directions.append((log_z, active) if grouped else (log_z, active[found[top1]]))
+    return (QueryBankChoice if grouped else QueryBankKeys)(renorm.beta, *directions)

@@ -4,19 +4,25 @@
 A tile holds items x texts; its text-to-image keys are compared column-wise (each text
 against the items), its image-to-text keys row-wise. A row holds queries x the whole gallery
 (``"t2i"``: texts x items, ``"i2t"``: items x texts). Both apply the same float32 operations to
-each score, in the same order, so a pair gets the same key bits in a tile and in a row.
+each score, in the same order.
 
-Keys are monotone in the papers' transformed scores, in log2 units where that avoids float32
-underflow:
-
-* dual softmax: for ``s > 0`` the key is ``log2(s) + s tau / ln 2 - L`` (L the log2-sum-exp2 of
-  the query-side column: per item for text-to-image, per text for image-to-text), i.e.
-  ``log2(s exp(tau s - L ln 2))``; a score ``<= 0`` gives -inf, which no comparison
-  puts ahead (its transformed score is <= 0, below every positive one). A query whose
-  positive has a score <= 0 (non-finite key) is ranked from float64 transformed scores instead
+* dual softmax: the key is the paper's transformed score itself, in float32:
+  ``s * exp2(s tau / ln 2 - L)`` (L the log2-sum-exp2 of the query-side column: per item for
+  text-to-image, per text for image-to-text), so ``s exp(tau s) / sum exp(tau s')``. The
+  exponent is <= 0 (L is at least each of its terms), so nothing overflows; what underflows
+  is below 2^-100 in magnitude. A query whose positive's key is at least 2^-100 in magnitude
+  (:meth:`DualSoftmaxKeys.safe`; of either sign) is ranked in the tiles: every key an underflow
+  could have rounded lies between -2^-100 and 2^-100, on the right side of its threshold. Any
+  other query is ranked from float64 transformed scores instead
   (:meth:`DualSoftmaxKeys.direct_rows`: ``s exp(tau s - L)``, no underflow while tau <= 300).
+  Four elementwise operations per direction, no logarithm and no mask (the earlier log-domain
+  key needed both: ``log2`` of a score <= 0 takes a slow path, and a masked fill costs ~4 ns per
+  score on CPU, half of the product's own cost).
 * QB-Norm: a normalised query's key is ``s beta / ln 2 - log2 Z_g`` (``log2(exp(beta s) / Z_g)``),
-  any other query's its raw score.
+  any other query's its raw score. Whether a query is normalised depends on its raw top-1
+  over the whole gallery: the grouped pass counts both cases and finds the top-1s in the same
+  tiles (:class:`QueryBankChoice`), the row-wise paths get them from a pass first
+  (:class:`QueryBankKeys` with ``normalised``).
 """
 
 from __future__ import annotations
@@ -25,25 +31,18 @@ import math
 
 import torch
 
-__all__ = ["DualSoftmaxKeys", "QueryBankKeys"]
+__all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys"]
 
 _LN2 = math.log(2.0)
 _INF = float("inf")
+#: the least magnitude of a positive's dual-softmax key that serves as a float32 threshold
+_SAFE_KEY = 2.0 ** -100
 
 
-def _log2_key(scores: torch.Tensor, tau2: float, out: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-    """out = log2(scores) + scores * tau2 where scores > 0, -inf elsewhere, elementwise (work:
-    float32 scratch of the same shape, last dimension contiguous).
-
-    The logarithm is taken of ``|scores|`` and the scores <= 0 set to -inf afterwards: a NaN or
-    -inf result takes the slow path of log2 (~10x on CPU), and about half the scores of unrelated
-    pairs are negative. The mask is written over ``work`` (viewed as bytes), so no buffer is added."""
-    torch.abs(scores, out=out).log2_()
-    torch.mul(scores, tau2, out=work)
-    out.add_(work)
-    mask = work.view(torch.bool)[..., :scores.shape[-1]]  # the first quarter of each row of work
-    torch.le(scores, 0, out=mask)
-    return out.masked_fill_(mask, -_INF)
+def _dsl_key(scores: torch.Tensor, tau2: float, lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out = scores * exp2(scores * tau2 - lse), elementwise (``lse`` broadcast)."""
+    torch.mul(scores, tau2, out=out)
+    return out.sub_(lse).exp2_().mul_(scores)
 
 
 class DualSoftmaxKeys:
@@ -56,20 +55,24 @@ class DualSoftmaxKeys:
 
     def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]),
-        written over ``scores``; ``spare`` keeps what :meth:`i2t_tile` needs (call it next)."""
-        _log2_key(scores, self.tau2, spare, work)
-        return torch.sub(spare, self.item_lse[items[0]:items[1], None], out=scores)
+        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]) in
+        ``spare`` (``scores`` kept for :meth:`i2t_tile`)."""
+        return _dsl_key(scores, self.tau2, self.item_lse[items[0]:items[1], None], spare)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Image-to-text keys of the same tile, after :meth:`t2i_tile` (written over ``scores``)."""
-        return torch.sub(spare, self.text_lse[texts[0]:texts[1]], out=scores)
+        """Image-to-text keys of the same tile, in ``spare`` (over the text-to-image ones)."""
+        return _dsl_key(scores, self.tau2, self.text_lse[texts[0]:texts[1]], spare)
 
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries`` (a new tensor)."""
-        key = _log2_key(scores, self.tau2, torch.empty_like(scores), torch.empty_like(scores))
-        return key.sub_((self.item_lse if direction == "t2i" else self.text_lse)[None, :])
+        lse = (self.item_lse if direction == "t2i" else self.text_lse)[None, :]
+        return _dsl_key(scores, self.tau2, lse, torch.empty_like(scores))
+
+    @staticmethod
+    def safe(keys: torch.Tensor) -> torch.Tensor:
+        """Whether each positive's key is a float32 threshold (magnitude >= 2^-100)."""
+        return keys.abs() >= _SAFE_KEY
 
     def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) float64 transformed scores ``s exp(tau s - L)`` of whole rows."""
@@ -81,10 +84,11 @@ class DualSoftmaxKeys:
 
 class QueryBankKeys:
     """QB-Norm keys: per direction with a bank, ``log_z`` (G,) float32 log2 Z of its gallery
-    and ``normalised`` (Q,) which of its queries are normalised; ``None`` where no bank."""
+    and ``normalised`` (Q,) which of its queries are normalised (None: every one); ``None``
+    where no bank."""
 
-    def __init__(self, beta: float, t2i: tuple[torch.Tensor, torch.Tensor] | None,
-                 i2t: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+    def __init__(self, beta: float, t2i: tuple[torch.Tensor, torch.Tensor | None] | None,
+                 i2t: tuple[torch.Tensor, torch.Tensor | None] | None) -> None:
         self.beta2 = beta / _LN2
         self.t2i, self.i2t = t2i, i2t
 
@@ -92,6 +96,8 @@ class QueryBankKeys:
                     cols_normalised: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
         torch.mul(scores, self.beta2, out=out)
         out.sub_(log_z)
+        if rows_normalised is None and cols_normalised is None:
+            return out
         mask = rows_normalised[:, None] if rows_normalised is not None else cols_normalised[None, :]
         return torch.where(mask, out, scores, out=out)
 
@@ -101,7 +107,8 @@ class QueryBankKeys:
         if self.t2i is None:
             return scores
         log_z, normalised = self.t2i
-        return self._normalised(scores, log_z[items[0]:items[1], None], None, normalised[texts[0]:texts[1]], spare)
+        cols = None if normalised is None else normalised[texts[0]:texts[1]]
+        return self._normalised(scores, log_z[items[0]:items[1], None], None, cols, spare)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
@@ -109,7 +116,8 @@ class QueryBankKeys:
         if self.i2t is None:
             return scores
         log_z, normalised = self.i2t
-        return self._normalised(scores, log_z[None, texts[0]:texts[1]], normalised[items[0]:items[1]], None, spare)
+        rows = None if normalised is None else normalised[items[0]:items[1]]
+        return self._normalised(scores, log_z[None, texts[0]:texts[1]], rows, None, spare)
 
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries``."""
@@ -117,8 +125,38 @@ class QueryBankKeys:
         if bank is None:
             return scores
         log_z, normalised = bank
-        return self._normalised(scores, log_z[None, :], normalised[queries], None, torch.empty_like(scores))
+        rows = None if normalised is None else normalised[queries]
+        return self._normalised(scores, log_z[None, :], rows, None, torch.empty_like(scores))
+
+    @staticmethod
+    def safe(keys: torch.Tensor) -> torch.Tensor:
+        """Whether each positive's key is a threshold: finite (always, here)."""
+        return torch.isfinite(keys)
 
     def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """Keys are always finite here: the same keys (float64)."""
         return self.rows(direction, scores, queries).double()
+
+
+class QueryBankChoice:
+    """QB-Norm ranked in one grouped pass, without a pass for the raw top-1s first: a direction
+    with a bank is counted under both its raw scores and its normalised keys (every query
+    normalised), the raw top-1 of each query is found in the same tiles, and each query then
+    takes the count of its case (:meth:`choose`). ``t2i`` / ``i2t``: ``(log_z, active)`` of the
+    bank pass (``active`` (G,): the gallery's activation set), or None."""
+
+    def __init__(self, beta: float, t2i: tuple[torch.Tensor, torch.Tensor] | None,
+                 i2t: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        self.beta, self.t2i, self.i2t = beta, t2i, i2t
+
+    def alternatives(self, direction: str) -> list[QueryBankKeys | None]:
+        """[raw] without a bank, [raw, normalised] with one (None: the raw scores)."""
+        bank = self.t2i if direction == "t2i" else self.i2t
+        if bank is None:
+            return [None]
+        every = (bank[0], None)
+        return [None, QueryBankKeys(self.beta, *((every, None) if direction == "t2i" else (None, every)))]
+
+    def choose(self, direction: str, top1: torch.Tensor) -> torch.Tensor:
+        """(Q,) whether each query is normalised, from its raw top-1 gallery entry (Q,)."""
+        return (self.t2i if direction == "t2i" else self.i2t)[1][top1]

@@ -4,7 +4,8 @@ each from one tiled pass in bounded memory.
 * :func:`test_pass`: one pass over the (items x texts) matrix, both directions at once, in the
   tiles of :class:`~vlr_plugins.eval._tiles.ScoreMatrix` (shared among the CPU workers): for the
   dual softmax every item's and every text's log2-sum-exp2 of ``s tau / ln 2``, for QB-Norm every
-  query's raw top-1 (the lowest index on ties).
+  query's raw top-1 (the lowest index on ties; only for the row-wise paths: the grouped pass
+  finds them itself, with :func:`tile_best`).
 * :func:`bank_pass`: bank x gallery tiles: ``log2 Z_g`` of every gallery entry and the gallery
   entries in the top k of some bank query (ties: the lower index).
 
@@ -24,7 +25,7 @@ from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_work
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["bank_pass", "test_pass"]
+__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best"]
 
 _INF = float("inf")
 
@@ -36,11 +37,33 @@ def _lse_rows(shifted: torch.Tensor, work: torch.Tensor, dim: int) -> torch.Tens
     return shifted.exp2_().sum(dim).double().log2_() + peak.squeeze(dim).double()
 
 
-def _merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
+def merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
     """In place: (best, arg) = (value, index) where value is higher, or equal at a lower index."""
     better = (value > best) | ((value == best) & (index < arg))
     best.copy_(torch.where(better, value, best))
     arg.copy_(torch.where(better, index, arg))
+
+
+def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, ones: torch.Tensor,
+              positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query's best score in the tile ``scores`` (R, C) along ``dim`` (0: per column, over
+    the rows) and its position there, the lowest on ties. ``work``: (R, C) float32 scratch;
+    ``ones`` and ``positions`` (0., 1., 2., ...): float32, at least max(R, C) long.
+
+    ``max`` with indices along the rows of a row-major tile costs ~3 ns per score on CPU
+    (a strided reduction), half the product; here: the maxima (``amax``), a 0/1 mask of the
+    scores equal to them, and two matrix-vector products: how many attain it and the sum of
+    their positions, which is the position when one does (exact in float32: positions < 2^24);
+    a query with several is read from its mask row (the first 1)."""
+    value = scores.amax(dim, keepdim=True)
+    torch.eq(scores, value, out=work)
+    mask = work if dim == 1 else work.T  # (queries, candidates)
+    count = torch.mv(mask, ones[:mask.shape[1]])
+    at = torch.mv(mask, positions[:mask.shape[1]])
+    several = (count > 1).nonzero().flatten()
+    if len(several):
+        at[several] = mask[several].argmax(1).to(at.dtype)
+    return value.flatten(), at.long()
 
 
 class _Worker:
@@ -48,6 +71,8 @@ class _Worker:
         device, n, m = matrix.device, matrix.n_items, matrix.n_texts
         self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
         self.work = torch.empty_like(self.scores)
+        self.ones = torch.ones(max(self.scores.shape), device=device)
+        self.positions = torch.arange(max(self.scores.shape), dtype=torch.float32, device=device)
         self.loaded, self.n_cols = -1, 0
         self.lse = [torch.full((k,), -_INF, dtype=torch.float64, device=device) for k in (n, m)] if lse else None
         # [text-to-image: each text's best item, image-to-text: each item's best text] as (value, index)
@@ -76,11 +101,11 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
             s, w = worker.scores[:n_rows, :worker.n_cols], worker.work[:n_rows, :worker.n_cols]
             t1, a1 = t0 + worker.n_cols, a0 + n_rows
             if worker.top1[0] is not None:
-                value, index = s.max(dim=0)
-                _merge_best(worker.top1[0][0][t0:t1], worker.top1[0][1][t0:t1], value, index + a0)
+                value, index = tile_best(s, 0, w, worker.ones, worker.positions)
+                merge_best(worker.top1[0][0][t0:t1], worker.top1[0][1][t0:t1], value, index + a0)
             if worker.top1[1] is not None:
-                value, index = s.max(dim=1)
-                _merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
+                value, index = tile_best(s, 1, w, worker.ones, worker.positions)
+                merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
             if worker.lse is not None:
                 torch.mul(s, tau2, out=w)
                 item_lse, text_lse = worker.lse
@@ -100,7 +125,7 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
                 torch.logaddexp2(total, part, out=total)
         for mine, theirs in zip(first.top1, other.top1):
             if mine is not None:
-                _merge_best(*mine, *theirs)
+                merge_best(*mine, *theirs)
     if first.lse is not None:
         out["item_lse"], out["text_lse"] = (lse.float() for lse in first.lse)
     for name, found in zip(("t2i_top1", "i2t_top1"), first.top1):
@@ -135,6 +160,8 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             self.query_rows = torch.empty(rows, matrix.dim, device=device)
             self.gallery_rows = torch.empty(cols, matrix.dim, device=device)
             self.scores, self.work = (torch.empty(rows, cols, device=device) for _ in range(2))
+            self.ones = torch.ones(max(rows, cols), device=device)
+            self.positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
             self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)
 
     def block(worker: Worker, b0: int) -> None:
@@ -145,9 +172,13 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows)
             torch.mm(worker.query_rows, worker.gallery_rows.T, out=worker.scores)
             s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
-            index = top_candidates(s, min(k, n_cols))
-            best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
-                                          torch.cat([best_index, index + g0], 1), k)
+            if k == 1:  # the official default: no sort
+                value, at = tile_best(s, 1, w, worker.ones, worker.positions)
+                merge_best(best[:, 0], best_index[:, 0], value, at + g0)
+            else:
+                index = top_candidates(s, min(k, n_cols))
+                best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
+                                              torch.cat([best_index, index + g0], 1), k)
             torch.mul(s, beta2, out=w)
             g1 = g0 + n_cols
             torch.logaddexp2(worker.log_z[g0:g1], _lse_rows(s, w, 0), out=worker.log_z[g0:g1])

@@ -156,7 +156,8 @@ def retrieval_recall(
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
     pairs = None
-    keys = renorm_keys(renorm, matrix) if renorm is not None else None
+    bounds = diagonal_blocks(matrix, buffers=2 if renorm is None else 3) if rerank is None and precision == "fp32" else None
+    keys = renorm_keys(renorm, matrix, grouped=bounds is not None) if renorm is not None else None
     if rerank is not None:
         if graded:  # the best text's rank is the least of its item's texts' ranks
             pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
@@ -166,7 +167,6 @@ def retrieval_recall(
             i2t = row_ranks(matrix, "i2t", matrix.arange(n), rerank, rerank_k, rerank_batch)
         t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), rerank, rerank_k, rerank_batch)
     elif precision == "fp32":
-        bounds = diagonal_blocks(matrix, buffers=2 if keys is None else 3)
         if bounds is not None:
             i2t, t2i, *found = grouped_ranks(matrix, bounds, pair_ranks=graded, keys=keys)
             pairs = found[0] if graded else None

@@ -36,7 +36,7 @@ _BYTES_PER_RERANK_ELEM = 6
 class TileKeys(Protocol):
     """A re-normalisation's transformed scores (:mod:`~vlr_plugins.eval.renorm_keys`): of a
     tile, per direction, and of whole rows (``rows``; ``direct_rows`` in float64 for a query
-    whose positive's key is not finite)."""
+    whose positive's key is not ``safe`` as a float32 threshold)."""
 
     def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor: ...
@@ -47,6 +47,8 @@ class TileKeys(Protocol):
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor: ...
 
     def direct_rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor: ...
+
+    def safe(self, keys: torch.Tensor) -> torch.Tensor: ...
 
 
 def rows_per_chunk(matrix: ScoreMatrix, n_gallery: int, keys: TileKeys | None, rerank: bool = False) -> int:
@@ -130,7 +132,7 @@ def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
     among texts, ``"t2i"``: texts among items), each scored against the whole gallery in
     float32; with ``rerank``, after re-ordering its top ``rerank_k`` candidates by the
     re-ranker's scores (see :func:`~vlr_plugins.eval.retrieval_recall`); with ``keys``, by a
-    re-normalisation's keys of those scores (a query whose best positive's key is not finite:
+    re-normalisation's keys of those scores (a query whose best positive's key is not safe:
     by its float64 transformed scores).
 
     Queries go :func:`rows_per_chunk` at a time. Ties with the best positive go to the lower index.
@@ -146,9 +148,9 @@ def row_ranks(matrix: ScoreMatrix, direction: str, queries: torch.Tensor,
             raw = gallery_scores(matrix, query_side, chunk, gallery)
             scores = raw if keys is None else keys.rows(direction, raw, chunk)
             rank, best_score = _best_positive_ranks(matrix, direction, chunk, scores)
-            if keys is not None and not bool(torch.isfinite(best_score).all()):
+            if keys is not None and not bool(keys.safe(best_score).all()):
                 del scores  # the keys: their bytes hold the float64 rows
-                redo = (~torch.isfinite(best_score)).nonzero().flatten()
+                redo = (~keys.safe(best_score)).nonzero().flatten()
                 step = direct_rows_per_chunk(per_chunk, keys)
                 for part in redo.split(step):
                     direct = keys.direct_rows(direction, raw[part], chunk[part])
