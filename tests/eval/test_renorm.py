@@ -161,6 +161,23 @@ def test_dual_softmax_equals_the_full_matrix_reference(problem, order, chunk_siz
     assert (abs(t2i[torch.arange(len(owner)), owner]) < 2.0 ** -100).any()
 
 
+def test_dual_softmax_ties_between_duplicates_anywhere_in_a_tile():
+    """Texts drawn from a small pool (exact duplicates in every column position, rows of many
+    vectors and a scalar rest): equal scores must get equal keys, so ties follow the lower index
+    as in the reference (renorm_keys.uniform_)."""
+    g = torch.Generator().manual_seed(3)
+    items = torch.randn(24, 16, generator=g)
+    pool = torch.randn(40, 16, generator=g)
+    owner = torch.arange(24).repeat_interleave(9)
+    texts = pool[torch.randint(0, 40, (len(owner),), generator=g)] + 0.0 * items[owner]
+    texts[::7] = items[owner[::7]]  # some texts equal to their item
+    S = score_matrix(items, texts)
+    for chunk_size, max_chunk_bytes in ((None, 256 * 2**20), (6, 256 * 2**20)):
+        got = retrieval_recall(items, texts, owner, renorm=DualSoftmax(30.0), rank_metrics=METRICS,
+                               return_ranks=True, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes)
+        check(got, reference_result(*dsl_reference(S.numpy(), 30.0), owner))
+
+
 def qb_reference(items, texts, owner, text_bank, item_bank, k, beta):
     S = score_matrix(items, texts).numpy()
     t2i, i2t = S.T.copy(), S.copy()

@@ -95,7 +95,7 @@ def renorm_from_args(args: argparse.Namespace, specs: Any = ()) -> Any:
         raise UsageError("--rerank-k", f"re-ranks the raw scores' top K by a matching head, and --renorm "
                                        f"{args.renorm} re-normalises every score: choose one")
     if getattr(args, "truncation", None):
-        raise UsageError("--truncation", f"the truncation sweep ranks the raw scores; run it without --renorm")
+        raise UsageError("--truncation", "the truncation sweep ranks the raw scores; run it without --renorm")
     if args.renorm == "dsl":
         temperature = 100.0 if args.dsl_temperature is None else args.dsl_temperature
         return _checked("--dsl-temperature", lambda: DualSoftmax(temperature))

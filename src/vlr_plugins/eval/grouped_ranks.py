@@ -37,7 +37,7 @@ from vlr_plugins.eval._tiles import (
     tile_budget,
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
-from vlr_plugins.eval.renorm_keys import QueryBankChoice
+from vlr_plugins.eval.renorm_keys import SLACK, QueryBankChoice
 from vlr_plugins.eval.renorm_pass import merge_best, tile_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
@@ -123,7 +123,7 @@ class _Worker:
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
         self.text_rows = torch.empty(cols, matrix.dim, device=device)
-        self.buffers = torch.empty(buffers, rows * cols, device=device)
+        self.buffers = torch.empty(buffers, rows * cols + SLACK, device=device)  # slack: renorm_keys.uniform_
         self.ahead = [torch.zeros_like(channel.ahead) for channel in channels]
         self.pair_counts = [channel.pairs.worker_counts() if channel.pairs is not None else None
                             for channel in channels]

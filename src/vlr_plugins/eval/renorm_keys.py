@@ -31,7 +31,7 @@ import math
 
 import torch
 
-__all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys"]
+__all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys", "uniform_", "with_slack"]
 
 _LN2 = math.log(2.0)
 _INF = float("inf")
@@ -39,10 +39,47 @@ _INF = float("inf")
 _SAFE_KEY = 2.0 ** -100
 
 
+#: elements per call of :func:`uniform_`: a multiple of every CPU vector loop's step, at most
+#: ATen's grain size (a call that long is never split among threads)
+_UNIFORM_SPAN = 32768
+#: what a buffer handed to :func:`uniform_` holds past its last element (``with_slack``)
+SLACK = 64
+
+
+def with_slack(*shape: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> torch.Tensor:
+    """An empty tensor of ``shape`` whose storage runs :data:`SLACK` elements on, for :func:`uniform_`."""
+    n = math.prod(shape)
+    return torch.empty(n + SLACK, dtype=dtype, device=device)[:n].view(shape)
+
+
+def uniform_(t: torch.Tensor, op: str) -> torch.Tensor:
+    """``t.<op>_()`` (``"exp2"``, ``"exp"``) with every element computed by the same code.
+
+    On CPU ATen computes a transcendental function in vectors (SLEEF) and the elements left over
+    at the end of a loop (a row of a non-contiguous view, the end of a thread's share) one at a
+    time (libm): the two differ in the last bit for ~6 % of inputs, so two equal scores could
+    get different keys and an exact tie be broken by its column. Here the op runs over the flat
+    storage from ``t``'s first to its last element (gaps between rows included), rounded up to a
+    multiple of 64, in calls of :data:`_UNIFORM_SPAN` elements: only whole vectors, on one
+    thread per call. ``t``: rows contiguous, its storage at least :data:`SLACK` elements longer
+    (:func:`with_slack`). Elsewhere than CPU: the op itself."""
+    if t.device.type != "cpu" or t.numel() == 0:
+        return getattr(t, f"{op}_")()
+    t2 = t if t.dim() == 2 else t.view(1, -1)
+    if t2.stride(1) != 1:
+        raise ValueError("uniform_ needs rows of contiguous elements")
+    span = (t2.shape[0] - 1) * t2.stride(0) + t2.shape[1]
+    flat = t2.as_strided((-(-span // SLACK) * SLACK,), (1,), t2.storage_offset())
+    for part in flat.split(_UNIFORM_SPAN):
+        getattr(part, f"{op}_")()
+    return t
+
+
 def _dsl_key(scores: torch.Tensor, tau2: float, lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out = scores * exp2(scores * tau2 - lse), elementwise (``lse`` broadcast)."""
+    """out = scores * exp2(scores * tau2 - lse), elementwise (``lse`` broadcast; ``out``:
+    storage with :data:`SLACK`)."""
     torch.mul(scores, tau2, out=out)
-    return out.sub_(lse).exp2_().mul_(scores)
+    return uniform_(out.sub_(lse), "exp2").mul_(scores)
 
 
 class DualSoftmaxKeys:
@@ -67,7 +104,7 @@ class DualSoftmaxKeys:
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries`` (a new tensor)."""
         lse = (self.item_lse if direction == "t2i" else self.text_lse)[None, :]
-        return _dsl_key(scores, self.tau2, lse, torch.empty_like(scores))
+        return _dsl_key(scores, self.tau2, lse, with_slack(*scores.shape, device=scores.device))
 
     @staticmethod
     def safe(keys: torch.Tensor) -> torch.Tensor:
@@ -78,8 +115,8 @@ class DualSoftmaxKeys:
         """(Q, G) float64 transformed scores ``s exp(tau s - L)`` of whole rows."""
         lse = (self.item_lse if direction == "t2i" else self.text_lse).double() * _LN2
         s = scores.double()  # then one more float64 row, computed in place
-        out = torch.mul(s, self.temperature).sub_(lse[None, :]).exp_()
-        return out.mul_(s)
+        out = torch.mul(s, self.temperature, out=with_slack(*s.shape, dtype=s.dtype, device=s.device))
+        return uniform_(out.sub_(lse[None, :]), "exp").mul_(s)
 
 
 class QueryBankKeys:

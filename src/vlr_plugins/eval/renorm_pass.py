@@ -11,10 +11,12 @@ each from one tiled pass in bounded memory.
 
 Log-sum-exps are merged online: per tile each row and each column is shifted by its own
 maximum (so the sums cannot underflow, and a row's contribution depends only on that row of
-the tile: exact duplicates get equal bits), the contributions are added in float64 by
-``logaddexp2`` in whatever order the workers visit the tiles, and the total is rounded to
-float32 once: so the order shows only when a total lies within ~1e-16 of a float32 rounding
-boundary.
+the tile), exponentiated by the same code wherever a score sits
+(:func:`~vlr_plugins.eval.renorm_keys.uniform_`), a column summed in float64 (a row in
+float32: every row of a tile the same way), the contributions added in float64 by
+``logaddexp2`` in whatever order the workers visit the tiles, and the total rounded to float32
+once: so the order, and the last float64 bit of a merge, shows only when a total lies within
+~1e-16 of a float32 rounding boundary; exact duplicates get equal statistics otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
+from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
 __all__ = ["bank_pass", "merge_best", "test_pass", "tile_best"]
@@ -31,10 +34,17 @@ _INF = float("inf")
 
 
 def _lse_rows(shifted: torch.Tensor, work: torch.Tensor, dim: int) -> torch.Tensor:
-    """float64 log2-sum-exp2 along ``dim`` of ``work`` (R, C): ``shifted`` is overwritten."""
+    """float64 log2-sum-exp2 along ``dim`` of ``work`` (R, C): ``shifted`` is overwritten (its
+    storage with :data:`~vlr_plugins.eval.renorm_keys.SLACK`)."""
     peak = work.amax(dim=dim, keepdim=True)
     torch.sub(work, peak, out=shifted)
-    return shifted.exp2_().sum(dim).double().log2_() + peak.squeeze(dim).double()
+    uniform_(shifted, "exp2")
+    # a column sum is summed in float64: ATen's float32 sum down the columns of a row-major
+    # tile adds the vector lanes' columns and the rest in different orders (the last bit of two
+    # equal columns' sums differs, which float32 rounding of the total would keep)
+    sums = with_slack(shifted.shape[1 - dim], dtype=torch.float64, device=shifted.device)
+    torch.sum(shifted, dim, dtype=torch.float64, out=sums) if dim == 0 else sums.copy_(shifted.sum(dim))
+    return uniform_(sums, "log2") + peak.squeeze(dim).double()
 
 
 def merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
@@ -69,7 +79,8 @@ def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, ones: torch.Te
 class _Worker:
     def __init__(self, matrix: ScoreMatrix, lse: bool, top1: tuple[bool, bool]) -> None:
         device, n, m = matrix.device, matrix.n_items, matrix.n_texts
-        self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
+        self.item_rows, self.text_rows, scores = matrix.tile_buffers()
+        self.scores = with_slack(*scores.shape, device=device)
         self.work = torch.empty_like(self.scores)
         self.ones = torch.ones(max(self.scores.shape), device=device)
         self.positions = torch.arange(max(self.scores.shape), dtype=torch.float32, device=device)
@@ -159,7 +170,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
         def __init__(self) -> None:
             self.query_rows = torch.empty(rows, matrix.dim, device=device)
             self.gallery_rows = torch.empty(cols, matrix.dim, device=device)
-            self.scores, self.work = (torch.empty(rows, cols, device=device) for _ in range(2))
+            self.scores, self.work = (with_slack(rows, cols, device=device) for _ in range(2))
             self.ones = torch.ones(max(rows, cols), device=device)
             self.positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
             self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)

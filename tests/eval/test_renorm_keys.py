@@ -1,0 +1,51 @@
+"""renorm_keys.uniform_: every element of a view through the same exp2 / exp code, so that
+equal scores get equal keys wherever they sit in a tile or a row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlr_plugins.eval.renorm_keys import SLACK, uniform_, with_slack
+
+
+def _values(n=4000, seed=0):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 60
+
+
+@pytest.mark.parametrize("op, dtype", [("exp2", torch.float32), ("exp", torch.float64)])
+@pytest.mark.parametrize("width, stride", [(37, 48), (5, 5), (1, 16), (65, 65)])
+def test_equal_inputs_get_equal_bits_in_every_column(op, dtype, width, stride):
+    values = _values().to(dtype)
+    rows = 7
+    buffer = with_slack(rows, stride, dtype=dtype)
+    view = buffer[:, :width]
+    for v in values[:200]:
+        view.fill_(v)
+        uniform_(view, op)
+        assert bool((view == view[0, 0]).all()), f"{op}({float(v)}) differs between positions"
+    # and it is the vectorised result: the same bits as a contiguous run of whole vectors
+    whole = values[:64].clone()
+    getattr(whole, f"{op}_")()
+    view[0, :min(width, 64)] = values[:min(width, 64)]
+    uniform_(view, op)
+    assert torch.equal(view[0, :min(width, 64)], whole[:min(width, 64)])
+
+
+def test_without_it_equal_inputs_differ_on_this_cpu():
+    """What uniform_ removes: a plain exp2_ of a view with short rows sends the last elements of
+    each row through ATen's scalar exp2; where that differs from the vector code (most CPUs:
+    libm against SLEEF), equal scores get different keys."""
+    view = with_slack(7, 48)[:, :37]
+    for v in _values().float()[:400]:
+        view.fill_(v)
+        view.exp2_()
+        if not bool((view == view[0, 0]).all()):
+            return
+    pytest.skip("this CPU's scalar and vector exp2 agree on every tested input")
+
+
+def test_needs_contiguous_rows_and_slack_is_documented():
+    with pytest.raises(ValueError, match="contiguous"):
+        uniform_(with_slack(4, 4).T, "exp2")
+    assert with_slack(3, 5).untyped_storage().nbytes() == (15 + SLACK) * 4
