@@ -241,17 +241,17 @@ def evaluate_benchmarks(
                         encoder, tokenizer, texts, budget, view=view, batch_size=batch_size, device=device,
                         progress=progress, desc=f"encode the query bank at {budget or 'its own'} tokens"))
                 ranked_by = banks[budget, view]
-            out["recall"][key] = choice.select(evaluate_retrieval_set(
-                encoder, tokenizer, rs, store, budget, ks=choice.engine_ks(), batch_size=batch_size, device=device,
+            out["recall"][key] = evaluate_retrieval_set(
+                encoder, tokenizer, rs, store, budget, ks=choice.ks, batch_size=batch_size, device=device,
                 progress=progress, view=view, rerank_k=rerank_k, rerank_batch=rerank_batch,
-                rank_metrics=choice.rank_metrics, renorm=ranked_by))
+                rank_metrics=choice.rank_metrics, renorm=ranked_by)
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
                 curve = truncation_sweep(encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
-                                         ks=choice.engine_ks(), rank_metrics=choice.rank_metrics,
+                                         ks=choice.ks, rank_metrics=choice.rank_metrics,
                                          batch_size=batch_size, device=device, progress=progress)
-                out["truncation"][key] = {budget: choice.select(r) for budget, r in curve.items()}
+                out["truncation"][key] = curve
     if rerank_k is not None:
         out["rerank_k"] = rerank_k
     return out
