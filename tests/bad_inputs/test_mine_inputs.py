@@ -4,10 +4,13 @@ and no output corpus written (refused before the model embeds anything where it 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 
 import pytest
 import torch
-from _refusal import assert_refused
+from _refusal import assert_refused, run_vlr
 
 MODEL = "_bow_model:BagOfWords"
 
@@ -73,6 +76,8 @@ CASES = {
                          ["--shard-count"], "out.jsonl"),
     "shard-index-negative": ([*P, "--out", "{t}/out.jsonl", "--shard-index", "-1", "--shard-count", "2"],
                              ["--shard-index"], "out.jsonl"),
+    "claim-timeout-negative": ([*P, "--out", "{t}/out.jsonl", "--merge-only", "--claim-timeout", "-1"],
+                               ["--claim-timeout"], "out.jsonl"),
     "merge-only-with-index": ([*P, "--out", "{t}/out.jsonl", "--merge-only", "--shard-index", "0"],
                               ["--shard-index", "--merge-only"], "out.jsonl"),
     "merge-only-nothing-to-merge": ([*P, "--out", "{t}/out.jsonl", "--merge-only"],
@@ -96,3 +101,71 @@ def test_mine_refuses_bad_input(tmp_path, case):
                    if leaves and leaves != "train.jsonl" else [])
     if case == "out-is-input":
         assert (tmp_path / "train.jsonl").read_text().count("\n") == 6  # untouched
+
+
+# ---------------------------------------------------------------- a sharded run's state on disk
+
+def _mine(t, *argv):
+    return run_vlr(["mine", *[str(a).replace("{t}", str(t)) for a in (*P, *argv)]])[0]
+
+
+def _merged(t):
+    """A 2-shard run of train.jsonl merged into t/out.jsonl (its run record beside it)."""
+    out = t / "out.jsonl"
+    for i in range(2):
+        assert _mine(t, "--out", out, "--shard-index", i, "--shard-count", 2) == 0
+    return out
+
+
+def _claimed_by_a_live_process(t):
+    """Shard 0 of 2 mined, the merge claimed by a process running on this host (pytest's parent)."""
+    out = t / "out.jsonl"
+    assert _mine(t, "--out", out, "--shard-index", 0, "--shard-count", 2) == 0
+    (t / ".out.jsonl.parts" / "merging.json").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "started": time.time()}))
+    assert _mine(t, "--out", out, "--shard-index", 1, "--shard-count", 2) == 0
+
+
+def _single(t):
+    assert _mine(t, "--out", t / "out.jsonl") == 0
+
+
+def _corrupt_record(t):
+    _merged(t)
+    (t / ".out.jsonl.run.json").write_text("{not json")
+
+
+def _changed(t):
+    out = _merged(t)
+    out.write_text(out.read_text() + "\n")
+
+
+S = [*P, "--out", "{t}/out.jsonl"]
+STATE_CASES = {
+    "out-exists-from-another-run": (_merged, [*S, "--shard-index", "0", "--shard-count", "2", "-k", "2"],
+                                    ["--out", "out.jsonl", "exists from another run", "--num-negatives",
+                                     "--overwrite"]),
+    "out-of-another-run-merge-only": (_merged, [*S, "--merge-only", "--range-min", "1"],
+                                      ["--out", "exists from another run", "--range-min"]),
+    "out-changed-since-the-run": (_changed, [*S, "--shard-index", "1", "--shard-count", "2"],
+                                  ["--out", "out.jsonl", "changed since"]),
+    "out-of-a-single-process-run": (_single, [*S, "--shard-index", "0", "--shard-count", "2"],
+                                    ["--out", "out.jsonl", "exists", "--overwrite"]),
+    "run-record-corrupt": (_corrupt_record, [*S, "--shard-index", "0", "--shard-count", "2"],
+                           [".out.jsonl.run.json", "run record", "--overwrite"]),
+    "merge-claimed-by-a-live-process": (_claimed_by_a_live_process, [*S, "--merge-only"],
+                                        ["--merge-only", "claimed by host", "pid", "running", "--claim-timeout"]),
+}
+
+
+@pytest.mark.parametrize("case", list(STATE_CASES))
+def test_mine_refuses_a_sharded_state(tmp_path, case):
+    corpus(tmp_path)
+    setup, argv, where = STATE_CASES[case]
+    setup(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
+    if case.startswith("merge"):
+        where = [*where, f"pid {os.getppid()}"]
+    assert_refused(argv, *where, leaves=[] if case.startswith("merge") else [tmp_path / ".out.jsonl.parts"])
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written

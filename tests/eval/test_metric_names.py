@@ -65,11 +65,3 @@ def test_k_is_checked_against_both_galleries():
                                          r"benchmark 1\) has 3 items .* and 9 texts .*choose K <= 3"):
         choice.check_gallery("toy", 3, 9, "b.yaml, benchmark 1")
     parse_metrics("mdr,mnr").check_gallery("toy", 1, 1)  # no K: any gallery
-
-
-def test_without_a_recall_the_engine_s_k_is_dropped_again():
-    choice = parse_metrics("mdr")
-    assert choice.engine_ks() == (1,)
-    result = {"i2t_r1": 50.0, "t2i_r1": 50.0, "i2t_mean": 50.0, "t2i_mean": 50.0, "r_mean": 50.0,
-              "i2t_mdr": 1.5, "t2i_mdr": 2.0}
-    assert choice.select(result) == {"i2t_mdr": 1.5, "t2i_mdr": 2.0}

@@ -122,3 +122,51 @@ def test_a_text_bank_holding_test_texts_is_warned_of(tmp_path):
     evaluate_benchmarks(Model(), None, load_benchmark_specs(tmp_path / "bench.yaml"), progress=False,
                         renorm=QueryBanks(texts=read_text_bank(tmp_path / "bank.txt")), on_warning=warned.append)
     assert len(warned) == 1 and warned[0].startswith("2 of the query bank's distinct texts") and "'toy'" in warned[0]
+
+
+def shared_reference(bank_ids, bank_rows, test_ids, test_rows):
+    """Bank rows whose id is a test id, or whose float32 values equal a test item's row."""
+    return sum(1 for i, row in zip(bank_ids, bank_rows)
+               if i in test_ids or any(torch.equal(row.float(), t.float()) for t in test_rows))
+
+
+def test_an_item_bank_holding_test_items_is_warned_of(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    items = torch.randn(3, 4, generator=g)
+    items[2, 0] = 0.0
+    lines = [{"id": f"v{i}", "texts": [f"t{i}"]} for i in range(3)]
+    (tmp_path / "split.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with EmbeddingStoreWriter(tmp_path / "store", 4) as writer:
+        writer.add(["v0", "v1", "v2"], items)
+    (tmp_path / "bench.yaml").write_text("benchmarks:\n  - {name: toy, reader: retrieval_jsonl, path: split.jsonl, "
+                                         "item_embeddings: store}\n")
+    # train0 is v2 under another id, v1 is a test id (re-encoded: another row), train1 is new; -0.0 equals 0.0
+    bank_rows = torch.stack([items[2], torch.randn(4, generator=g), torch.randn(4, generator=g)])
+    bank_rows[0, 0] = -0.0
+    with EmbeddingStoreWriter(tmp_path / "bank", 4) as writer:
+        writer.add(["train0", "v1", "train1"], bank_rows)
+    with EmbeddingStoreWriter(tmp_path / "clean", 4) as writer:
+        writer.add(["train1", "train2"], torch.randn(2, 4, generator=g))
+    texts = {f"t{i}": items[i].tolist() for i in range(3)}
+
+    class Model:
+        def encode_text(self, texts_):
+            return torch.tensor([texts[t] for t in texts_])
+
+    specs = load_benchmark_specs(tmp_path / "bench.yaml")
+    for bank, ids in (("bank", ["train0", "v1", "train1"]), ("clean", [])):
+        warned = []
+        out = evaluate_benchmarks(Model(), None, specs, progress=False, on_warning=warned.append,
+                                  renorm=QueryBanks(items=read_item_bank(tmp_path / bank)))
+        if not ids:
+            assert warned == [] and "toy" in out["recall"]
+            continue
+        want = shared_reference(ids, read_item_bank(tmp_path / bank).embeddings, {"v0", "v1", "v2"}, items)
+        assert want == 2
+        assert len(warned) == 1 and warned[0].startswith(f"{want} of the item bank's 3 items") and "'toy'" in warned[0]
+        assert "training items, not the test's" in warned[0]
+        from vlr_plugins.data.embedding_store import EmbeddingStore
+
+        for chunk in (1, 2):  # the test rows read a chunk at a time
+            assert read_item_bank(tmp_path / bank).shared_with(["v0", "v1", "v2"], EmbeddingStore(tmp_path / "store"),
+                                                               chunk=chunk) == want

@@ -5,11 +5,17 @@ refused (mine/shards.py)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from _refusal import run_vlr
-from vlr_plugins.mine.shards import shard_range, work_dir_of
+from vlr_plugins.mine.merge_claim import read_claim, take_claim
+from vlr_plugins.mine.shards import run_record_of, shard_range, work_dir_of
 
 MODEL = "_bow_model:BagOfWords"
 COLOURS = ["red", "blue", "green", "black", "white", "brown"]
@@ -98,21 +104,113 @@ def test_a_rerun_redoes_only_the_missing_part(tmp_path):
     assert out.read_bytes() == want
 
 
+def two_parts_and_a_claim(tmp_path, host, pid, started=None, raw=None):
+    """Shard 0 of 2 mined, the merge claimed by ``host``/``pid`` (a merge killed, or running)."""
+    if not (tmp_path / "train.jsonl").exists():
+        paragraph_corpus(tmp_path / "train.jsonl")
+    out = tmp_path / "sharded.jsonl"
+    assert mine(tmp_path, "paragraph", out, "--shard-index", "0", "--shard-count", "2")[0] == 0
+    claim = work_dir_of(out) / "merging.json"
+    claim.write_text(raw if raw is not None else json.dumps({"host": host, "pid": pid,
+                                                               "started": time.time() if started is None else started}))
+    return out
+
+
+def dead_pid():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
 def test_merge_only_finishes_an_interrupted_merge(tmp_path):
+    want = single(tmp_path, "paragraph")
+    # a merge killed after claiming, on another host (it cannot be shown gone): the shards leave it
+    out = two_parts_and_a_claim(tmp_path, "node-b", 4242)
+    code, stdout, _ = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2")
+    assert code == 0 and not out.exists()
+    assert "host node-b pid 4242" in stdout and "--merge-only" in stdout and "--claim-timeout" in stdout
+    code, stdout, stderr = mine(tmp_path, "paragraph", out, "--merge-only")
+    assert code == 0, stderr
+    assert "took over" in stdout and "node-b" in stdout
+    assert out.read_bytes() == want and not work_dir_of(out).exists()
+
+
+def test_a_claim_whose_pid_is_gone_is_taken_over(tmp_path):
+    want = single(tmp_path, "paragraph")
+    out = two_parts_and_a_claim(tmp_path, socket.gethostname(), dead_pid())
+    code, stdout, stderr = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2")
+    assert code == 0 and "took over" in stdout and "gone" in stdout, stderr
+    assert out.read_bytes() == want and not work_dir_of(out).exists()
+
+
+@pytest.mark.parametrize("age, timeout, taken", [(100, "50", True), (100, "500", False), (0, None, False)])
+def test_a_claim_on_another_host_is_taken_over_after_the_timeout(tmp_path, age, timeout, taken):
+    want = single(tmp_path, "paragraph")
+    out = two_parts_and_a_claim(tmp_path, "node-b", 4242, started=time.time() - age)
+    extra = ["--claim-timeout", timeout] if timeout else []
+    code, stdout, stderr = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2", *extra)
+    assert code == 0, stderr
+    assert ("took over" in stdout) == taken and out.exists() == taken
+    if taken:
+        assert out.read_bytes() == want
+
+
+def test_a_live_holder_on_this_host_is_left_alone(tmp_path):
+    out = two_parts_and_a_claim(tmp_path, socket.gethostname(), os.getppid())  # alive: pytest's parent
+    code, stdout, _ = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2")
+    assert code == 0 and f"pid {os.getppid()}" in stdout and "running" in stdout and not out.exists()
+    code, _, stderr = mine(tmp_path, "paragraph", out, "--merge-only")
+    assert code == 2 and f"pid {os.getppid()}" in stderr and "running" in stderr and not out.exists()
+    assert (work_dir_of(out) / "merging.json").is_file() and len(list(work_dir_of(out).glob("part-*"))) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [work_dir_of(out).name]
+
+
+def test_an_unreadable_claim_is_judged_by_its_age(tmp_path):
+    out = two_parts_and_a_claim(tmp_path, None, None, raw='{"host": "node')  # as a kill mid-write may leave
+    code, stdout, _ = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2")
+    assert code == 0 and "unreadable claim" in stdout and not out.exists()
+    old = time.time() - 120
+    os.utime(work_dir_of(out) / "merging.json", (old, old))
+    code, stdout, _ = mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2",
+                           "--claim-timeout", "60")
+    assert code == 0 and "took over" in stdout and out.is_file()
+
+
+def test_one_of_two_claimants_holds_the_claim(tmp_path):
+    path = tmp_path / "merging.json"
+    assert take_claim(path, timeout=3600) == (True, None)
+    held = read_claim(path)
+    assert held.host == socket.gethostname() and held.pid == os.getpid() and time.time() - held.started < 60
+    # a second claimant (another live process, here this one seen from outside) is refused
+    path.write_text(json.dumps({"host": held.host, "pid": os.getppid(), "started": held.started}))
+    claimed, claim = take_claim(path, timeout=3600)
+    assert not claimed and claim.pid == os.getppid()
+    assert [p.name for p in tmp_path.iterdir()] == ["merging.json"]  # no temporary left
+
+
+def test_a_requeued_task_after_the_merge_does_nothing(tmp_path):
     want = single(tmp_path, "paragraph")
     out = tmp_path / "sharded.jsonl"
     for i in range(2):
         assert mine(tmp_path, "paragraph", out, "--shard-index", str(i), "--shard-count", "2")[0] == 0
-    assert out.read_bytes() == want
-    # a merge killed after claiming: the shards leave it; --merge-only writes the corpus
-    out.unlink()
-    assert mine(tmp_path, "paragraph", out, "--shard-index", "0", "--shard-count", "2")[0] == 0
-    (work_dir_of(out) / "merging").mkdir()
-    assert mine(tmp_path, "paragraph", out, "--shard-index", "1", "--shard-count", "2")[0] == 0
-    assert not out.exists()
-    code, _, stderr = mine(tmp_path, "paragraph", out, "--merge-only")
-    assert code == 0, stderr
-    assert out.read_bytes() == want and not work_dir_of(out).exists()
+    record = run_record_of(out)
+    assert out.read_bytes() == want and record.is_file() and not work_dir_of(out).exists()
+    stamp = out.stat().st_mtime_ns
+    for argv in (["--shard-index", "0", "--shard-count", "2"], ["--merge-only"]):
+        code, stdout, stderr = mine(tmp_path, "paragraph", out, *argv)
+        assert code == 0 and "already written by this run" in stdout, stderr
+    assert out.stat().st_mtime_ns == stamp and not work_dir_of(out).exists()
+    # the same output path from other settings, or changed since: refused, nothing written
+    code, _, stderr = mine(tmp_path, "paragraph", out, "--shard-index", "0", "--shard-count", "2", "-k", "2")
+    assert code == 2 and "exists from another run" in stderr and "--num-negatives" in stderr, stderr
+    out.write_bytes(want + b"\n")
+    code, _, stderr = mine(tmp_path, "paragraph", out, "--shard-index", "0", "--shard-count", "2")
+    assert code == 2 and "changed since" in stderr and not work_dir_of(out).exists(), stderr
+    # a single-process --overwrite replaces the output and its record goes: a shard then refuses it
+    assert mine(tmp_path, "paragraph", out, "--overwrite")[0] == 0
+    assert not record.exists()
+    code, _, stderr = mine(tmp_path, "paragraph", out, "--shard-index", "0", "--shard-count", "2")
+    assert code == 2 and "--overwrite" in stderr and not work_dir_of(out).exists()
 
 
 @pytest.mark.parametrize("change, option", [

@@ -164,6 +164,8 @@ def evaluate_benchmarks(
     budget and view). The result then holds ``"renorm"`` (the method's record; for ``QueryBanks``
     with where each bank came from), and each benchmark's result the engine's ``"renorm"``.
     Refused with ``rerank_k`` and ``truncation``; an item bank must be as wide as every store.
+    A text bank holding a benchmark's texts, or an item bank its items (by id or an identical
+    embedding), is reported to ``on_warning`` (test queries in the bank are leakage).
 
     Every benchmark is read and checked before the first text is encoded, so that a
     problem in the last one does not end a long run: a missing or too large token budget
@@ -217,6 +219,13 @@ def evaluate_benchmarks(
                 if shared:
                     warn(f"{shared} of the query bank's distinct texts ({renorm.texts.path}) are texts of benchmark "
                          f"{key!r}: QB-Norm's bank should hold training queries, not the test's")
+        if isinstance(renorm, QueryBanks) and renorm.items is not None:
+            for key, rs in zip(spec.result_keys(), sets):
+                shared = renorm.items.shared_with(rs.item_ids, store)
+                if shared:
+                    warn(f"{shared} of the item bank's {len(renorm.items.embeddings)} items ({renorm.items.path}) are "
+                         f"items of benchmark {key!r} (the same id or an identical embedding): QB-Norm's bank should "
+                         "hold training items, not the test's")
         planned.append((spec, sets, store, budget, entry))
 
     out: dict[str, Any] = {"recall": {}, "budgets": {}, "truncation": {}}
@@ -241,17 +250,17 @@ def evaluate_benchmarks(
                         encoder, tokenizer, texts, budget, view=view, batch_size=batch_size, device=device,
                         progress=progress, desc=f"encode the query bank at {budget or 'its own'} tokens"))
                 ranked_by = banks[budget, view]
-            out["recall"][key] = choice.select(evaluate_retrieval_set(
-                encoder, tokenizer, rs, store, budget, ks=choice.engine_ks(), batch_size=batch_size, device=device,
+            out["recall"][key] = evaluate_retrieval_set(
+                encoder, tokenizer, rs, store, budget, ks=choice.ks, batch_size=batch_size, device=device,
                 progress=progress, view=view, rerank_k=rerank_k, rerank_batch=rerank_batch,
-                rank_metrics=choice.rank_metrics, renorm=ranked_by))
+                rank_metrics=choice.rank_metrics, renorm=ranked_by)
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
                 curve = truncation_sweep(encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
-                                         ks=choice.engine_ks(), rank_metrics=choice.rank_metrics,
+                                         ks=choice.ks, rank_metrics=choice.rank_metrics,
                                          batch_size=batch_size, device=device, progress=progress)
-                out["truncation"][key] = {budget: choice.select(r) for budget, r in curve.items()}
+                out["truncation"][key] = curve
     if rerank_k is not None:
         out["rerank_k"] = rerank_k
     return out

@@ -154,18 +154,6 @@ class MetricChoice:
         """The result keys, direction-major: ``i2t_r1, ..., t2i_r1, ...``."""
         return [result_key(n, d) for d in DIRECTIONS for n in self.names]
 
-    def engine_ks(self) -> tuple[int, ...]:
-        """``ks`` for :func:`~vlr_plugins.eval.retrieval_recall`, which needs one: (1,) when
-        no recall is chosen (its keys then dropped, :meth:`select`)."""
-        return self.ks or (1,)
-
-    def select(self, result: dict) -> dict:
-        """``result`` without the recall keys computed only because the engine needs a k."""
-        if self.ks:
-            return result
-        drop = {f"{d}_{s}" for d in DIRECTIONS for s in ("r1", "mean")} | {"r_mean"}
-        return {k: v for k, v in result.items() if k not in drop}
-
     def check_gallery(self, benchmark: str, n_items: int, n_texts: int, where: str = "") -> None:
         """Every K at most both galleries of ``benchmark``: its ``n_items`` items (text-to-item)
         and ``n_texts`` texts (item-to-text); else one :class:`UsageError` naming both."""

@@ -58,13 +58,31 @@ class TextBank:
 
 @dataclass(frozen=True)
 class ItemBank:
-    """Embeddings (B, D) of an item-to-text bank, every row of the store at ``path``."""
+    """Embeddings (B, D) of an item-to-text bank, every row of the store at ``path``, and
+    the store's ``ids`` of them (``()`` when not known)."""
 
     embeddings: torch.Tensor = field(repr=False)
     path: str
+    ids: tuple[str, ...] = field(default=(), repr=False)
 
     def record(self) -> dict:
         return {"path": self.path, "items": len(self.embeddings), "dim": int(self.embeddings.shape[1])}
+
+    def shared_with(self, item_ids: Sequence[str], store: Any, chunk: int = 4096) -> int:
+        """How many of the bank's items are among a benchmark's: the same id as one of
+        ``item_ids``, or a row equal (in float32) to the embedding ``store`` holds for one
+        of them (the same item stored under another name). The test rows are read ``chunk``
+        at a time and compared by a digest of their bytes, the bank's kept as one digest a row."""
+        ids = set(item_ids)
+        bank = {}  # digest -> the bank rows holding it
+        for row, digest in enumerate(_row_digests(self.embeddings)):
+            bank.setdefault(digest, []).append(row)
+        shared = {row for row, i in enumerate(self.ids) if i in ids}
+        ordered = list(item_ids)
+        for start in range(0, len(ordered), chunk):
+            for digest in _row_digests(store.get(ordered[start:start + chunk])):
+                shared.update(bank.get(digest, ()))
+        return len(shared)
 
 
 def _lines(path: str) -> list[str]:
@@ -147,7 +165,16 @@ def read_item_bank(path: str | os.PathLike[str], option: str = "--query-bank-ite
     store = EmbeddingStore(path)
     if len(store) == 0:
         raise UsageError(option, f"the embedding store {path} holds no embeddings: a query bank needs at least one")
-    return ItemBank(store.get(list(store.ids)), path)
+    ids = tuple(store.ids)
+    return ItemBank(store.get(list(ids)), path, ids)
+
+
+def _row_digests(rows: torch.Tensor) -> list[bytes]:
+    """A BLAKE2b digest of each row's float32 bytes (-0.0 as 0.0)."""
+    import hashlib
+
+    rows = (rows.detach().to("cpu", torch.float32) + 0.0).contiguous().numpy()
+    return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
 
 
 @dataclass(frozen=True)

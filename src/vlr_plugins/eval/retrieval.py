@@ -60,9 +60,10 @@ def retrieval_recall(
     normalised. Image-to-text is a hit when any of the item's texts is in the top k (LAVIS /
     CLIP_benchmark semantics); text-to-image when the owner is in the top k.
 
-    Returns ``i2t_r{k}``, ``t2i_r{k}``, ``i2t_mean``, ``t2i_mean`` and ``r_mean``; with
-    ``return_ranks`` also ``i2t_ranks`` (N,) and ``t2i_ranks`` (M,): the 0-based rank of
-    each item's best text and of each text's owner.
+    Returns ``i2t_r{k}``, ``t2i_r{k}``, ``i2t_mean``, ``t2i_mean`` and ``r_mean``
+    (``ks=()`` with ``rank_metrics``: none of these, only the rank metrics; ``ks=()``
+    without them is refused); with ``return_ranks`` also ``i2t_ranks`` (N,) and
+    ``t2i_ranks`` (M,): the 0-based rank of each item's best text and of each text's owner.
 
     Memory: the score matrix is visited in tiles of ``chunk_size`` items (default: chosen
     from ``max_chunk_bytes``) by a matching number of texts, a tile and one work buffer at
@@ -134,6 +135,8 @@ def retrieval_recall(
         raise ValueError(f"precision must be one of {sorted(_PRECISIONS)}, found {precision!r}")
     if rerank is not None and (rerank_k < 1 or rerank_batch < 1):
         raise ValueError(f"rerank_k and rerank_batch must be >= 1, found {rerank_k} and {rerank_batch}")
+    if not ks and not rank_metrics:
+        raise ValueError("nothing to compute: ks (recall@k) and rank_metrics are both empty; give at least one")
     graded = False
     for name in rank_metrics:
         kind, k = parse_rank_metric(name)
@@ -141,9 +144,10 @@ def retrieval_recall(
         if precision != "fp32" and kind in GRADED:
             raise ValueError(f"rank metric {name!r} needs the rank of every positive, which precision="
                              f"{precision!r} does not make exact; use precision='fp32'")
-        if precision != "fp32" and (k is None or k > max(ks)):
-            raise ValueError(f"rank metric {name!r} needs ranks beyond max(ks) = {max(ks)}, which precision="
-                             f"{precision!r} does not make exact; use precision='fp32'")
+        if precision != "fp32" and (k is None or k > max(ks, default=0)):
+            raise ValueError(f"rank metric {name!r} needs ranks beyond "
+                             f"{f'max(ks) = {max(ks)}' if ks else 'any recall k (ks is empty)'}, which "
+                             f"precision={precision!r} does not make exact; use precision='fp32'")
     if renorm is not None and rerank is not None:
         raise ValueError("renorm cannot be combined with rerank: re-ranking re-scores the first stage's top "
                          "candidates, re-normalisation replaces the first stage's scores; use one of them")
@@ -191,14 +195,16 @@ def retrieval_recall(
     for name, ranks in (("i2t", i2t), ("t2i", t2i)):
         for k in ks:  # from integer counts, so that e.g. 89 hits of 300 give 100 * 89 / 300 exactly
             out[f"{name}_r{k}"] = 100.0 * int((ranks < k).sum()) / len(ranks)
-        out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
+        if ks:
+            out[f"{name}_mean"] = sum(out[f"{name}_r{k}"] for k in ks) / len(ks)
         out.update({f"{name}_{metric}": value for metric, value in _rank_metrics(ranks.cpu(), best_names).items()}
                    if best_names else {})
         if graded_names:  # text-to-image: one positive per text, its pair rank is its rank
             pair_ranks, query = (pairs, matrix.owner) if name == "i2t" else (t2i, matrix.arange(len(t2i)))
             graded_values = graded_rank_metrics(pair_ranks.cpu(), query.cpu(), len(ranks), graded_names)
             out.update({f"{name}_{metric}": value for metric, value in graded_values.items()})
-    out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
+    if ks:
+        out["r_mean"] = (out["i2t_mean"] + out["t2i_mean"]) / 2
     if renorm is not None:
         out["renorm"] = renorm.record()
     if return_ranks:

@@ -10,7 +10,7 @@ from typing import Any
 
 from vlr_plugins._argtypes import at_least, check_device, non_negative_int, positive_int
 from vlr_plugins.errors import UsageError
-from vlr_plugins.mine.shards import check_shard_options, is_sharded, work_dir_of
+from vlr_plugins.mine.shards import check_shard_options, finished_run, is_sharded, run_record_of, work_dir_of
 
 __all__ = ["add_cli", "cmd_mine"]
 
@@ -18,8 +18,9 @@ __all__ = ["add_cli", "cmd_mine"]
 FORMATS = {"paragraph": ((".jsonl", ".json", ".parquet", ".csv", ".tsv"), ".jsonl"), "nli": ((".csv",), ".csv")}
 
 
-def _check_paths(args: argparse.Namespace) -> None:
-    """The input exists, the output is a new file of the format's suffix, and not the input."""
+def _check_paths(args: argparse.Namespace) -> str | None:
+    """The input exists, the output is a new file of the format's suffix, and not the input;
+    a sharded run's ``--out`` already written by this very run: the message saying so."""
     reads, writes = FORMATS[args.format]
     if not os.path.isfile(args.input):
         raise UsageError("INPUT", f"{args.input}: no such file")
@@ -31,7 +32,11 @@ def _check_paths(args: argparse.Namespace) -> None:
     if os.path.isdir(args.out):
         raise UsageError("--out", f"{args.out} is a folder; give a {writes} file")
     if os.path.exists(args.out) and not args.overwrite and not (is_sharded(args) and work_dir_of(args.out).is_dir()):
-        raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
+        done = finished_run(args) if is_sharded(args) else None
+        if done is None:
+            raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
+        return done
+    return None
 
 
 def _check_window(args: argparse.Namespace) -> None:
@@ -170,17 +175,32 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
         print(f"not complete: {len(missing)} of {run.count} shards still to run (e.g. --shard-index {missing[0]}); "
               f"the last one to finish writes {args.out}")
         return 0
-    if not run.claim_merge(force=args.merge_only):
-        print(f"another shard is merging the parts into {args.out} (if it was killed: rerun with --merge-only)")
+    claimed, claim = run.claim_merge(timeout=args.claim_timeout, force=args.merge_only)
+    if not claimed:
+        if args.merge_only:
+            raise UsageError("--merge-only", f"the merge into {args.out} is claimed by {claim.describe()}; wait for it "
+                                             f"to finish, or end it and rerun (a claim is taken over once its pid is "
+                                             f"gone, or after --claim-timeout {args.claim_timeout:g} s)")
+        if claim.alive():
+            print(f"another process is merging the parts into {args.out}: {claim.describe()}")
+        else:
+            print(f"another process is merging the parts into {args.out}: {claim.describe()}; if it was killed, "
+                  f"vlr mine ... --merge-only finishes it (a later run takes the claim over once it is provably "
+                  f"gone: its pid ended on this host, or after --claim-timeout {args.claim_timeout:g} s)")
         return 0
+    if claim is not None:
+        print(f"took over the merge claim of {claim.describe()}")
     _write(task, args, run.read_parts(len(task.gallery)))
-    run.remove()
+    run.finish(args.out)
     return 0
 
 
 def cmd_mine(args: argparse.Namespace) -> int:
     check_shard_options(args)
-    _check_paths(args)
+    done = _check_paths(args)
+    if done is not None:
+        print(done)
+        return 0
     _check_window(args)
     device = check_device(args.device)
     task = _task(args)
@@ -188,11 +208,13 @@ def cmd_mine(args: argparse.Namespace) -> int:
     if is_sharded(args):
         return _run_shard(task, args, device)
     _write(task, args, _mine(task, args, device, slice(None)))
+    run_record_of(args.out).unlink(missing_ok=True)  # a sharded run's record of the output replaced
     return 0
 
 
 def add_cli(sub: Any) -> None:
     """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
+    from vlr_plugins.mine.merge_claim import DEFAULT_CLAIM_TIMEOUT
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     s = sub.add_parser(
@@ -210,7 +232,8 @@ def add_cli(sub: Any) -> None:
                     "below every positive of its query (a guard against false negatives).\n"
                     "--shard-index I --shard-count N (a job array): mine a contiguous range of the queries\n"
                     "against the whole gallery into a part beside --out; a rerun redoes only missing parts;\n"
-                    "the last shard to finish (or --merge-only) writes --out.")
+                    "the last shard to finish (or --merge-only) writes --out; a task run again after that (a\n"
+                    "requeue) finds --out written by the same run and does nothing.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,
@@ -240,5 +263,9 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--shard-count", type=positive_int, help="the processes of the job array")
     s.add_argument("--merge-only", action="store_true",
                    help="write --out from the parts of a sharded run (the last shard to finish does it itself)")
+    s.add_argument("--claim-timeout", type=at_least(0.0, float), default=DEFAULT_CLAIM_TIMEOUT, metavar="SECONDS",
+                   help="a merge claim older than this is taken over even when its holder cannot be shown gone "
+                        f"(another host); one whose pid ended on this host is taken over at once (default "
+                        f"{DEFAULT_CLAIM_TIMEOUT:g})")
     add_model_dtype_option(s, what="an mllm: --model")
     s.set_defaults(fn=cmd_mine)

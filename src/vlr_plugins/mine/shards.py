@@ -8,12 +8,16 @@ gallery itself), and writes its part into a work folder beside ``--out``::
     data/.mined.jsonl.parts/        the work folder of data/mined.jsonl
         manifest.json               the input (size, mtime, SHA-256) and every setting of the run
         part-00003-of-00008.json    shard 3's records: their mined gallery indices, best first
-        merging/                    claimed by the shard that merges (a folder: made atomically)
+        merging.json                the merge claim: host, pid, start time (mine/merge_claim.py)
+    data/.mined.jsonl.run.json      after the merge: the manifest kept, and --out's size and SHA-256
 
 Every file is written to a temporary name and renamed, so it is there whole or not at all. A
 rerun of a shard whose part is there does nothing; a rerun with other settings is refused,
 naming the setting. Once every part is there, the shard that finishes last (or ``--merge-only``)
-writes ``--out`` atomically in the corpus' format and removes the work folder.
+claims the merge, writes ``--out`` atomically in the corpus' format, then the run record, and
+removes the work folder. A task that runs again after that (a SLURM requeue) finds ``--out``
+and the run record of the same input and settings, and does nothing; an ``--out`` of anything
+else is refused.
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ from typing import Any
 
 from vlr_plugins._io import atomic_write_json
 from vlr_plugins.errors import DataFormatError, UsageError
+from vlr_plugins.mine.merge_claim import Claim, take_claim
 
-__all__ = ["ShardRun", "check_shard_options", "open_shards", "shard_range", "work_dir_of"]
+__all__ = ["ShardRun", "check_shard_options", "finished_run", "open_shards", "run_record_of", "shard_range",
+           "work_dir_of"]
 
 _FORMAT = "vlr-mine-parts"
 _VERSION = 1
+_RUN_FORMAT = "vlr-mine-run"
 
 #: manifest key -> the option that sets it (named when a rerun differs)
 _SETTINGS = {
@@ -48,6 +55,12 @@ def work_dir_of(out: str | os.PathLike[str]) -> Path:
     """``data/mined.jsonl`` -> ``data/.mined.jsonl.parts``."""
     out = Path(os.path.abspath(out))
     return out.with_name(f".{out.name}.parts")
+
+
+def run_record_of(out: str | os.PathLike[str]) -> Path:
+    """``data/mined.jsonl`` -> ``data/.mined.jsonl.run.json`` (written by a sharded run's merge)."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(f".{out.name}.run.json")
 
 
 def is_sharded(args: argparse.Namespace) -> bool:
@@ -75,7 +88,7 @@ def shard_range(n: int, index: int, count: int) -> tuple[int, int]:
     return n * index // count, n * (index + 1) // count
 
 
-def _input_identity(path: str) -> dict[str, Any]:
+def _file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -102,7 +115,8 @@ class ShardRun:
     work: Path
     count: int
     records: int
-    new_manifest: dict[str, Any] | None = None  # written with the first part (a refused run writes nothing)
+    manifest: dict[str, Any]
+    new: bool = False  # the manifest is written with the first part (a refused run writes nothing)
 
     def part(self, index: int) -> Path:
         return self.work / f"part-{index:05d}-of-{self.count:05d}.json"
@@ -117,14 +131,14 @@ class ShardRun:
         start, stop = self.range(index)
         if len(indices) != stop - start:
             raise ValueError(f"shard {index} holds {stop - start} records, given {len(indices)}")
-        if self.new_manifest is not None:
+        if self.new:
             self.work.mkdir(parents=True, exist_ok=True)
             manifest = self.work / "manifest.json"
             if manifest.is_file():  # a shard that started alongside wrote it: the same run?
-                _check_same(manifest, self.new_manifest, self.work)
+                _check_same(manifest, self.manifest, self.work)
             else:
-                atomic_write_json(manifest, self.new_manifest)
-            self.new_manifest = None
+                atomic_write_json(manifest, self.manifest)
+            self.new = False
         atomic_write_json(self.part(index), {"shard": index, "start": start, "stop": stop, "indices": indices})
 
     def read_parts(self, gallery: int) -> list[list[int]]:
@@ -148,15 +162,15 @@ class ShardRun:
             out.extend(rows)
         return out
 
-    def claim_merge(self, force: bool) -> bool:
-        """Whether this process merges: the first to make ``merging/`` (``force``: always)."""
-        try:
-            os.mkdir(self.work / "merging")
-        except FileExistsError:
-            return force
-        return True
+    def claim_merge(self, *, timeout: float, force: bool) -> tuple[bool, Claim | None]:
+        """Whether this process merges, and the claim it took over or found held
+        (mine/merge_claim.py: a stale claim is taken over; ``force``: any but a live one here)."""
+        return take_claim(self.work / "merging.json", timeout=timeout, force=force)
 
-    def remove(self) -> None:
+    def finish(self, out: str | os.PathLike[str]) -> None:
+        """After ``out`` is written: the run record beside it, then the work folder removed."""
+        atomic_write_json(run_record_of(out), {"format": _RUN_FORMAT, "version": _VERSION, "manifest": self.manifest,
+                                               "output": _file_identity(out)})
         shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -207,9 +221,49 @@ def open_shards(args: argparse.Namespace, records: int) -> ShardRun:
         stored, count = None, args.shard_count
         if manifest_path.is_file():
             stored = _read_manifest(manifest_path)
-    wanted = {"format": _FORMAT, "version": _VERSION, "records": records,
-              "input": {"path": os.path.abspath(args.input), **_input_identity(args.input)},
-              "settings": _settings(args, count)}
+    wanted = _wanted(args, records, count)
     if stored is not None:
         _check_same(manifest_path, wanted, work, stored)
-    return ShardRun(work, count, records, None if stored is not None else wanted)
+    return ShardRun(work, count, records, stored if stored is not None else wanted, new=stored is None)
+
+
+def _wanted(args: argparse.Namespace, records: int | None, count: int | None) -> dict[str, Any]:
+    return {"format": _FORMAT, "version": _VERSION, "records": records,
+            "input": {"path": os.path.abspath(args.input), **_file_identity(args.input)},
+            "settings": _settings(args, count)}
+
+
+def finished_run(args: argparse.Namespace) -> str | None:
+    """A sharded invocation whose ``--out`` exists and no work folder: the message to print when
+    this very run (same input and settings, by its run record) wrote ``--out`` and it is unchanged
+    since, or None when ``--out`` has no run record; another run's ``--out`` is refused."""
+    out, record_path = args.out, run_record_of(args.out)
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        stored, written = record["manifest"], record["output"]
+        if record.get("format") != _RUN_FORMAT or not isinstance(stored, dict):
+            raise ValueError(f"not a {_RUN_FORMAT} record")
+        count = stored["settings"]["shard_count"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataFormatError(record_path, f"cannot read the run record of {out}: {e}; pass --overwrite to mine "
+                                           "again, or give another --out") from None
+    count = (args.shard_count or count) if args.merge_only else args.shard_count
+    wanted = _wanted(args, stored.get("records"), count)
+    diffs = _differences(stored, wanted)
+    if diffs:
+        option, problem = diffs[0].split(": ", 1)
+        problem = problem.replace("the shards already written were mined with", f"{out} was mined with")
+        problem = problem.replace("is not the file the shards already written mined", f"is not the file {out} "
+                                                                                        "was mined from")
+        raise UsageError("--out", f"{out} exists from another run ({option}: {problem}); pass --overwrite to "
+                                  "replace it, or give another --out")
+    now = _file_identity(out)
+    if (now["size"], now["sha256"]) != (written.get("size"), written.get("sha256")):
+        raise UsageError("--out", f"{out} exists and has changed since the sharded run of these settings wrote it "
+                                  f"({written.get('size')} bytes then, {now['size']} now); pass --overwrite to mine "
+                                  "again, or give another --out")
+    who = "--merge-only" if args.merge_only else f"shard {args.shard_index} of {count}"
+    return (f"{who}: nothing to do: {out} is already written by this run (all {count} shards merged, the same "
+            f"input and settings: {record_path})")
