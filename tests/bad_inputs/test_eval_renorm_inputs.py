@@ -1,5 +1,5 @@
 """The bad-input catalogue of ``vlr eval --renorm`` and its settings: a setting without its method,
-QB-Norm without a bank, renorm with re-ranking or a truncation sweep, a temperature, beta or k out of
+QB-Norm without a bank, renorm with re-ranking, a temperature, beta or k out of
 range, and query banks that are missing, empty, of the wrong kind, malformed, or of another
 dimension than the benchmark's items.
 
@@ -63,8 +63,6 @@ CASES = [
      ["--dsl-temperature", "setting of --renorm dsl", "this run has --renorm qbnorm"]),
     ("renorm: with re-ranking", _eval("--renorm", "dsl", "--rerank-k", "2"), ["--rerank-k", "--renorm dsl",
                                                                                "choose one"]),
-    ("renorm: with a truncation sweep", _eval("--renorm", "dsl", "--truncation", "20,40"),
-     ["--truncation", "without --renorm"]),
     ("renorm: temperature 0", _eval("--renorm", "dsl", "--dsl-temperature", "0"),
      ["--dsl-temperature", "(0, 300]", "0.0"]),
     ("renorm: temperature nan", _eval("--renorm", "dsl", "--dsl-temperature", "nan"),

@@ -90,3 +90,43 @@ def test_the_truncation_sweep_computes_and_plots_the_chosen_metric(tiny_checkpoi
         assert report["truncation"]["short"][str(budget)] == pytest.approx(result) and "t2i_mnr" in result
     assert report["metrics"] == ["r@1", "mnr"]
     assert (out / "truncation-short.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_truncation_sweep_re_normalises_every_budget(tiny_checkpoint, tiny_world, tmp_path):
+    """--renorm with --truncation: each budget's numbers equal truncation_sweep with the same
+    re-normalisation (DSL; QB-Norm with a text bank encoded at each budget), and differ from the raw."""
+    from vlr_plugins.data import EmbeddingStore, read_retrieval_jsonl
+    from vlr_plugins.eval import DualSoftmax, QueryBankNorm, encode_texts, truncation_sweep
+    from vlr_plugins.specs import load_text_encoder
+
+    bench = tmp_path / "one.yaml"
+    bench.write_text("benchmarks:\n"
+                     f"  - {{name: short, reader: retrieval_jsonl, path: {tiny_world['eval_short']}, "
+                     f"item_embeddings: {tiny_world['image_embeddings']}, max_tokens: 20}}\n")
+    bank_texts = [f"a photo of thing number {i} next to another thing" for i in range(12)]
+    (tmp_path / "bank.txt").write_text("\n".join(bank_texts) + "\n")
+    rs = read_retrieval_jsonl(tiny_world["eval_short"], "short")
+    items = EmbeddingStore(tiny_world["image_embeddings"]).get(list(rs.item_ids))
+    encoder, tokenizer = load_text_encoder(tiny_checkpoint), tiny_world["object"].tokenizer()
+
+    def bank_at(budget):
+        return QueryBankNorm(text_bank=encode_texts(encoder, tokenizer, bank_texts, budget, progress=False), beta=5.0)
+
+    raw = truncation_sweep(encoder, tokenizer, items, rs, (8, 20), ks=(1,), rank_metrics=("mnr",), progress=False)
+    runs = {"dsl": (["--renorm", "dsl", "--dsl-temperature", "20"], DualSoftmax(20.0)),
+            "qbnorm": (["--renorm", "qbnorm", "--query-bank-texts", str(tmp_path / "bank.txt"), "--qb-beta", "5"],
+                       bank_at)}
+    for name, (options, renorm) in runs.items():
+        out = tmp_path / f"out-{name}"
+        assert main(["eval", "--model", str(tiny_checkpoint), "--benchmarks", str(bench), "--protocol", "none",
+                     "--metrics", "r@1,mnr", "--truncation", "8,20", *options, "--out", str(out)]) == 0
+        report = json.loads((out / "results.json").read_text())
+        direct = truncation_sweep(encoder, tokenizer, items, rs, (8, 20), ks=(1,), rank_metrics=("mnr",),
+                                  renorm=renorm, progress=False)
+        for budget, result in direct.items():
+            got = report["truncation"]["short"][str(budget)]
+            assert got["renorm"]["method"] == name
+            numbers = {k: v for k, v in result.items() if k != "renorm"}
+            assert {k: got[k] for k in numbers} == pytest.approx(numbers)
+        assert any(direct[b]["t2i_mnr"] != raw[b]["t2i_mnr"] for b in direct), f"{name} changed nothing"
+        assert (out / "truncation-short.png").read_bytes()[:4] == b"\x89PNG"

@@ -94,8 +94,6 @@ def renorm_from_args(args: argparse.Namespace, specs: Any = ()) -> Any:
     if getattr(args, "rerank_k", None) is not None:
         raise UsageError("--rerank-k", f"re-ranks the raw scores' top K by a matching head, and --renorm "
                                        f"{args.renorm} re-normalises every score: choose one")
-    if getattr(args, "truncation", None):
-        raise UsageError("--truncation", "the truncation sweep ranks the raw scores; run it without --renorm")
     if args.renorm == "dsl":
         temperature = 100.0 if args.dsl_temperature is None else args.dsl_temperature
         return _checked("--dsl-temperature", lambda: DualSoftmax(temperature))

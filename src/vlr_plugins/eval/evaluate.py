@@ -163,7 +163,8 @@ def evaluate_benchmarks(
     whose text bank is encoded like each benchmark's texts (its budget and text view; once per
     budget and view). The result then holds ``"renorm"`` (the method's record; for ``QueryBanks``
     with where each bank came from), and each benchmark's result the engine's ``"renorm"``.
-    Refused with ``rerank_k`` and ``truncation``; an item bank must be as wide as every store.
+    Refused with ``rerank_k``; with ``truncation`` every budget is re-normalised (a text bank
+    encoded at each budget). An item bank must be as wide as every store.
     A text bank holding a benchmark's texts, or an item bank its items (by id or an identical
     embedding), is reported to ``on_warning`` (test queries in the bank are leakage).
 
@@ -176,7 +177,7 @@ def evaluate_benchmarks(
     its frames those of the protocol. Each problem is one
     :class:`~vlr_plugins.errors.UserError` naming the benchmark or file.
     """
-    check_renorm(renorm, rerank_k=rerank_k, truncation=truncation)
+    check_renorm(renorm, rerank_k=rerank_k)
     if tokenizer is None:
         _check_text_model(encoder, specs, budgets, truncation, rerank_k)
         embed_dim = None  # the model's embed_dim, else learnt from the first benchmark's first text
@@ -234,6 +235,14 @@ def evaluate_benchmarks(
     if renorm is not None:
         out["renorm"] = renorm.record()
     banks: dict[tuple, QueryBankNorm] = {}  # QueryBanks encoded, by (budget, view)
+
+    def bank_at(budget: int | None, view: str | None) -> QueryBankNorm:
+        if (budget, view) not in banks:
+            banks[budget, view] = renorm.resolve(lambda texts: _encode(
+                encoder, tokenizer, texts, budget, view=view, batch_size=batch_size, device=device,
+                progress=progress, desc=f"encode the query bank at {budget or 'its own'} tokens"))
+        return banks[budget, view]
+
     for spec, sets, store, budget, entry in planned:
         view = entry.text_view if entry is not None else None
         for key, rs in zip(spec.result_keys(), sets):
@@ -243,13 +252,7 @@ def evaluate_benchmarks(
                 out.setdefault("text_views", {})[key] = view
             if entry is not None and entry.frames is not None:
                 out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
-            ranked_by = renorm
-            if isinstance(renorm, QueryBanks):
-                if (budget, view) not in banks:
-                    banks[budget, view] = renorm.resolve(lambda texts: _encode(
-                        encoder, tokenizer, texts, budget, view=view, batch_size=batch_size, device=device,
-                        progress=progress, desc=f"encode the query bank at {budget or 'its own'} tokens"))
-                ranked_by = banks[budget, view]
+            ranked_by = bank_at(budget, view) if isinstance(renorm, QueryBanks) else renorm
             out["recall"][key] = evaluate_retrieval_set(
                 encoder, tokenizer, rs, store, budget, ks=choice.ks, batch_size=batch_size, device=device,
                 progress=progress, view=view, rerank_k=rerank_k, rerank_batch=rerank_batch,
@@ -257,8 +260,11 @@ def evaluate_benchmarks(
             if sweep:
                 from vlr_plugins.eval.truncation import truncation_sweep
 
+                # the sweep encodes without a view: a text bank too, at each of its budgets
                 curve = truncation_sweep(encoder, tokenizer, store.get(list(rs.item_ids)), rs, budgets=sweep,
                                          ks=choice.ks, rank_metrics=choice.rank_metrics,
+                                         renorm=(lambda b: bank_at(b, None)) if isinstance(renorm, QueryBanks)
+                                         else renorm,
                                          batch_size=batch_size, device=device, progress=progress)
                 out["truncation"][key] = curve
     if rerank_k is not None:

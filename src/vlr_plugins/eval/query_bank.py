@@ -203,7 +203,7 @@ class QueryBanks:
                 "item_bank": None if self.items is None else self.items.record()}
 
 
-def check_renorm(renorm: Any, *, rerank_k: int | None = None, truncation: Sequence[int] | None = None) -> None:
+def check_renorm(renorm: Any, *, rerank_k: int | None = None) -> None:
     """ConfigError for what ``evaluate_benchmarks`` cannot combine with ``renorm``."""
     from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm
 
@@ -214,8 +214,6 @@ def check_renorm(renorm: Any, *, rerank_k: int | None = None, truncation: Sequen
     if rerank_k is not None:
         raise ConfigError("re-normalised scores cannot be re-ranked: re-ranking re-scores the first stage's top k "
                           "by the matching head; choose one of renorm and rerank_k")
-    if truncation:
-        raise ConfigError("a truncation sweep ranks the raw scores; run it without renorm")
 
 
 def check_bank_dim(renorm: Any, store: Any, where: str) -> None:

@@ -4,12 +4,13 @@ and Figure 2): does an encoder use tokens past the first few dozen?"""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from vlr_plugins.data.retrieval_set import RetrievalSet
 from vlr_plugins.eval.encode import encode_texts
+from vlr_plugins.eval.renorm import Renorm
 from vlr_plugins.eval.retrieval import retrieval_recall
 
 __all__ = ["TRUNCATION_BUDGETS", "plot_truncation", "truncation_sweep"]
@@ -27,6 +28,7 @@ def truncation_sweep(
     *,
     ks: Sequence[int] = (1, 5, 10),
     rank_metrics: Sequence[str] = (),
+    renorm: Renorm | Callable[[int], Renorm] | None = None,
     batch_size: int = 256,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -37,7 +39,10 @@ def truncation_sweep(
     budget the texts are encoded by :func:`~vlr_plugins.eval.encode_texts` (cut to the
     budget, ``[CLS]``/``[SEP]`` included, as in training) and scored by
     :func:`~vlr_plugins.eval.retrieval_recall` (with ``rank_metrics``, such as ``("mdr",)``, those
-    too); nothing else changes between budgets.
+    too; with ``renorm`` ranked by its re-normalised scores at every budget: a
+    :class:`~vlr_plugins.eval.DualSoftmax` / :class:`~vlr_plugins.eval.QueryBankNorm`, or a
+    callable budget -> one, for a text bank encoded at each budget as the test texts are);
+    nothing else changes between budgets.
     Returns budget -> that recall dict, in the order of ``budgets``. Budgets past the
     longest text give the same result as each other.
 
@@ -67,8 +72,9 @@ def truncation_sweep(
         text_emb = encode_texts(encoder, tokenizer, retrieval_set.texts, budget, batch_size=batch_size,
                                 device=device, progress=progress,
                                 desc=f"encode {retrieval_set.name} at {budget} tokens")
+        ranked_by = renorm(budget) if callable(renorm) else renorm
         results[budget] = retrieval_recall(item_emb, text_emb, retrieval_set.text_owner, ks=ks,
-                                           device=device, rank_metrics=tuple(rank_metrics))
+                                           device=device, rank_metrics=tuple(rank_metrics), renorm=ranked_by)
     return results
 
 
