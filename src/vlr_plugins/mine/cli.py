@@ -25,6 +25,8 @@ def _check_paths(args: argparse.Namespace) -> str | None:
     reads, writes = FORMATS[args.format]
     if not os.path.isfile(args.input):
         raise UsageError("INPUT", f"{args.input}: no such file")
+    if Path(args.input).suffix.lower() not in reads:
+        raise UsageError("INPUT", f"{args.format} corpora are read from {', '.join(reads)}; found {args.input}")
     if Path(args.out).suffix.lower() != writes:
         raise UsageError("--out", f"{args.format} corpora are written as {writes}; found {args.out}")
     if os.path.exists(args.out) and os.path.samefile(args.out, args.input):

@@ -91,8 +91,9 @@ def mvc_task(records: Sequence[tuple[int, Any, MVCSample]], *, source: str | os.
         for record, _, sample in records:
             text = _first(sample, query_view)
             if text is None:
-                raise DataFormatError(source, f"video {sample.id!r} has none of {', '.join(query_view)} to mine for "
-                                              f"(--query {query or 'summary'})", record=record,
+                lacks = f"no {query_view[0]}" if len(query_view) == 1 else f"none of {', '.join(query_view)}"
+                raise DataFormatError(source, f"video {sample.id!r} has {lacks} to mine for (--query "
+                                              f"{query or 'summary'})", record=record,
                                       field="|".join(query_view), record_kind=kind)
             queries.append(text)
     gallery, gallery_video = [], []  # a text per gallery video, and that video's index
