@@ -65,7 +65,9 @@ def _task(args: argparse.Namespace):
 
         return nli_task(read_nli_triplets(args.input, on_empty="space"))
     if args.format == "mvc":
-        return _mvc_task(args)
+        from vlr_plugins.mine.mvc_corpus import mvc_task_of_args
+
+        return mvc_task_of_args(args)
     from vlr_plugins.data.sample import read_paragraph_samples
 
     if args.video_embeddings is not None:
@@ -86,35 +88,6 @@ def _task(args: argparse.Namespace):
         if type(e) is ValueError:
             raise UsageError("--pool", str(e)) from None
         raise
-
-
-def _mvc_task(args: argparse.Namespace):
-    """``vlr mine mvc``: the options checked before the corpus is read (mine/mvc_corpus.py)."""
-    from vlr_plugins.data.mvc_samples import read_mvc_records
-    from vlr_plugins.mine.mvc_corpus import mvc_task, mvc_view
-
-    if args.image_embeddings is not None:
-        raise UsageError("--image-embeddings", "is for paragraph corpora; an mvc corpus searches with its videos' "
-                                               "embeddings by --query video --video-embeddings STORE")
-    try:
-        query = mvc_view(args.query, option="--query")
-    except ValueError as e:
-        raise UsageError("--query", str(e)) from None
-    try:
-        mvc_view(args.pool, option="--pool")
-    except ValueError as e:
-        raise UsageError("--pool", str(e)) from None
-    if (query == "video") != (args.video_embeddings is not None):
-        raise UsageError("--video-embeddings", "is needed with --query video, and only there" if query == "video"
-                         else f"is for --query video; --query {args.query or 'summary'} embeds texts")
-    records = read_mvc_records(args.input)
-    task = mvc_task(records, source=args.input, query=args.query, pool=args.pool, keep_existing=args.keep_existing)
-    if os.path.dirname(os.path.abspath(args.out)) != os.path.dirname(os.path.abspath(args.input)) and any(
-            not os.path.isabs(raw["video"]) for _, raw, _ in records):
-        print(f"note: the records are written as they are: their relative video paths resolve from "
-              f"{os.path.dirname(os.path.abspath(args.input))}, not from {args.out}'s folder; train with "
-              "data.video_root set to it, or write --out beside the input")
-    return task
 
 
 def _check_positives(task, args: argparse.Namespace) -> None:

@@ -30,6 +30,7 @@ order), each with ``hard_negatives`` set to the mined ids, best first (after its
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Sequence
@@ -42,11 +43,12 @@ from vlr_plugins.data.mvc_samples import (
     MVC_TEXT_FIELDS,
     MVCSample,
     mvc_record_kind,
+    read_mvc_records,
 )
-from vlr_plugins.errors import DataFormatError
+from vlr_plugins.errors import DataFormatError, UsageError
 from vlr_plugins.mine.corpora import MiningTask
 
-__all__ = ["MVC_VIEWS", "mvc_task", "mvc_view"]
+__all__ = ["MVC_VIEWS", "mvc_task", "mvc_task_of_args", "mvc_view"]
 
 #: the named views of ``--query`` / ``--pool``: the fields tried in order, the first present taken
 MVC_VIEWS: dict[str, tuple[str, ...]] = {"summary": ("S1", "S2", "O"), "detailed": MVC_DETAILED_FIELDS}
@@ -130,6 +132,33 @@ def mvc_task(records: Sequence[tuple[int, Any, MVCSample]], *, source: str | os.
 
     return MiningTask(queries, [s.id for s in samples] if query_view == "video" else None, gallery, positives, write,
                       gallery_keys=[samples[i].id for i in gallery_video])
+
+
+def mvc_task_of_args(args: argparse.Namespace) -> MiningTask:
+    """``vlr mine mvc``'s task: the options checked before the corpus is read (UsageError naming
+    the option), then the corpus read by the trainer's reader."""
+    if args.image_embeddings is not None:
+        raise UsageError("--image-embeddings", "is for paragraph corpora; an mvc corpus searches with its videos' "
+                                               "embeddings by --query video --video-embeddings STORE")
+    try:
+        query = mvc_view(args.query, option="--query")
+    except ValueError as e:
+        raise UsageError("--query", str(e)) from None
+    try:
+        mvc_view(args.pool, option="--pool")
+    except ValueError as e:
+        raise UsageError("--pool", str(e)) from None
+    if (query == "video") != (args.video_embeddings is not None):
+        raise UsageError("--video-embeddings", "is needed with --query video, and only there" if query == "video"
+                         else f"is for --query video; --query {args.query or 'summary'} embeds texts")
+    records = read_mvc_records(args.input)
+    task = mvc_task(records, source=args.input, query=args.query, pool=args.pool, keep_existing=args.keep_existing)
+    if os.path.dirname(os.path.abspath(args.out)) != os.path.dirname(os.path.abspath(args.input)) and any(
+            not os.path.isabs(raw["video"]) for _, raw, _ in records):
+        print(f"note: the records are written as they are: their relative video paths resolve from "
+              f"{os.path.dirname(os.path.abspath(args.input))}, not from {args.out}'s folder; train with "
+              "data.video_root set to it, or write --out beside the input")
+    return task
 
 
 def _check_json(raw: Any, source: str | os.PathLike[str], record: int) -> None:
