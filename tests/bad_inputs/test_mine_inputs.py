@@ -28,9 +28,35 @@ def corpus(t):
         writer.add([f"img{i}" for i in range(6)], torch.randn(6, 8))
     with EmbeddingStoreWriter(t / "store-short", dim=24) as writer:
         writer.add(["img0"], torch.randn(1, 24))
+    videos = [{"id": f"v{i}", "video": f"v{i}.mp4", "S1": f"a dog number {i}", "O": f"dog {i}",
+               **({"D1*": f"a long dog {i}"} if i % 2 else {})} for i in range(4)]
+    _jsonl(t / "mvc.jsonl", videos)
+    _jsonl(t / "mvc-unknown-key.jsonl", [videos[0], {**videos[1], "hard_negative": ["v0"]}])
+    _jsonl(t / "mvc-self.jsonl", [videos[0], {**videos[1], "hard_negatives": ["v0", "v1"]}])
+    _jsonl(t / "mvc-unknown-id.jsonl", [videos[0], videos[1], {**videos[2], "hard_negatives": ["v9"]}])
+    _jsonl(t / "mvc-twice.jsonl", [videos[0], {**videos[1], "hard_negatives": ["v0", "v0"]}, videos[2]])
+    _jsonl(t / "mvc-not-a-list.jsonl", [{**videos[0], "hard_negatives": "v1"}, videos[1]])
+    _jsonl(t / "mvc-no-summary.jsonl", [videos[0], {"id": "raw", "video": "raw.mp4", "D1": "only raw"}])
+    _jsonl(t / "mvc-no-s2.jsonl", [{**videos[0], "S2": "a summary"}, videos[1]])
+    (t / "mvc.txt").write_text(json.dumps(videos[0]) + "\n")
+    (t / "mvc.csv").write_text("id,video,S1\nv0,v0.mp4,a dog\n")
+    with EmbeddingStoreWriter(t / "video-store8", dim=8) as writer:
+        writer.add([f"v{i}" for i in range(4)], torch.randn(4, 8))
+    with EmbeddingStoreWriter(t / "video-store-short", dim=24) as writer:
+        writer.add(["v0"], torch.randn(1, 24))
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 P = ["paragraph", "{t}/train.jsonl", "--model", MODEL]
+M = ["mvc", "{t}/mvc.jsonl", "--model", MODEL]
+
+
+def _mvc(name):
+    return ["mvc", f"{{t}}/{name}.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl"]
+
 CASES = {
     "out-is-input": ([*P, "--out", "{t}/train.jsonl"], ["--out", "is the input corpus"], "train.jsonl"),
     "out-exists": ([*P, "--out", "{t}/exists.jsonl"], ["--out", "exists.jsonl", "--overwrite"], None),
@@ -89,6 +115,50 @@ CASES = {
                                    ["--image-embeddings", "8-d", "24 dimensions"], "out.jsonl"),
     "shard-of-bad-record": (["paragraph", "{t}/bad.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl",
                              "--shard-index", "0", "--shard-count", "2"], ["bad.jsonl", "caption"], "out.jsonl"),
+    "paragraph-unknown-query": ([*P, "--out", "{t}/out.jsonl", "--query", "summary"],
+                                ["--query", "caption, paragraph, image", "'summary'"], "out.jsonl"),
+    "paragraph-with-video-store": ([*P, "--out", "{t}/out.jsonl", "--video-embeddings", "{t}/video-store8"],
+                                   ["--video-embeddings", "mvc corpora"], "out.jsonl"),
+    "paragraph-input-suffix": (["paragraph", "{t}/mvc.txt", "--model", MODEL, "--out", "{t}/out.jsonl"],
+                               ["INPUT", ".jsonl", "mvc.txt"], "out.jsonl"),
+    # vlr mine mvc: the corpus (read by the trainer's reader), the views, the store
+    "mvc-out-is-input": ([*M, "--out", "{t}/mvc.jsonl"], ["--out", "is the input corpus"], None),
+    "mvc-out-suffix": ([*M, "--out", "{t}/out.parquet"], ["--out", ".jsonl", "out.parquet"], "out.parquet"),
+    "mvc-input-suffix": (["mvc", "{t}/mvc.csv", "--model", MODEL, "--out", "{t}/out.jsonl"],
+                         ["INPUT", ".jsonl, .json, .parquet", "mvc.csv"], "out.jsonl"),
+    "mvc-unknown-key": (_mvc("mvc-unknown-key"), ["mvc-unknown-key.jsonl", "line 2", "hard_negative",
+                                                  "did you mean 'hard_negatives'"], "out.jsonl"),
+    "mvc-own-id-negative": (_mvc("mvc-self"), ["mvc-self.jsonl", "line 2", "hard_negatives", "own id 'v1'"],
+                            "out.jsonl"),
+    "mvc-unknown-id-negative": (_mvc("mvc-unknown-id"), ["mvc-unknown-id.jsonl", "line 3", "hard_negatives",
+                                                         "'v9'", "no record"], "out.jsonl"),
+    "mvc-id-twice": (_mvc("mvc-twice"), ["mvc-twice.jsonl", "line 2", "hard_negatives", "'v0' given twice"],
+                     "out.jsonl"),
+    "mvc-negatives-not-a-list": (_mvc("mvc-not-a-list"), ["mvc-not-a-list.jsonl", "line 1", "hard_negatives",
+                                                          "list of video ids"], "out.jsonl"),
+    "mvc-no-summary-view": (_mvc("mvc-no-summary"), ["mvc-no-summary.jsonl", "line 2", "S1|S2|O", "'raw'",
+                                                     "--query summary"], "out.jsonl"),
+    "mvc-no-field-of-the-query": ([*_mvc("mvc-no-s2"), "--query", "S2"], ["mvc-no-s2.jsonl", "line 2", "field 'S2'",
+                                                                         "'v1' has no S2"], "out.jsonl"),
+    "mvc-unknown-view": ([*M, "--out", "{t}/out.jsonl", "--query", "summery"], ["--query", "'summery'", "summary"],
+                         "out.jsonl"),
+    "mvc-unknown-pool-field": ([*M, "--out", "{t}/out.jsonl", "--pool", "S1,D3"], ["--pool", "'D3' is no field"],
+                               "out.jsonl"),
+    "mvc-video-pool": ([*M, "--out", "{t}/out.jsonl", "--pool", "video"], ["--pool", "'video'"], "out.jsonl"),
+    "mvc-video-without-store": ([*M, "--out", "{t}/out.jsonl", "--query", "video"],
+                                ["--video-embeddings", "--query video"], "out.jsonl"),
+    "mvc-store-without-video": ([*M, "--out", "{t}/out.jsonl", "--video-embeddings", "{t}/video-store8"],
+                                ["--video-embeddings", "--query summary"], "out.jsonl"),
+    "mvc-image-store": ([*M, "--out", "{t}/out.jsonl", "--image-embeddings", "{t}/store8"],
+                        ["--image-embeddings", "--video-embeddings"], "out.jsonl"),
+    "mvc-store-of-another-dim": ([*M, "--out", "{t}/out.jsonl", "--query", "video", "--video-embeddings",
+                                  "{t}/video-store8"], ["--video-embeddings", "8-d", "24 dimensions"], "out.jsonl"),
+    "mvc-store-missing-ids": ([*M, "--out", "{t}/out.jsonl", "--query", "video", "--video-embeddings",
+                               "{t}/video-store-short"], ["video-store-short", "v1"], "out.jsonl"),
+    "mvc-margin-without-positives": ([*M, "--out", "{t}/out.jsonl", "--pool", "detailed", "--margin", "0.1"],
+                                     ["--margin", "no positive", "record 1"], "out.jsonl"),
+    "mvc-shard-of-bad-record": ([*_mvc("mvc-self"), "--shard-index", "0", "--shard-count", "2"],
+                                ["mvc-self.jsonl", "line 2", "hard_negatives"], "out.jsonl"),
 }
 
 

@@ -52,6 +52,21 @@ def test_write_then_read_round_trips(tmp_path):
     assert back == samples
 
 
+def test_hard_negatives_are_ids_of_the_corpus_and_round_trip(tmp_path):
+    from vlr_plugins.data.mvc_samples import read_mvc_records
+
+    path = _jsonl(tmp_path, {**FULL, "hard_negatives": [7, "v3"]}, {"id": 7, "video": "b.mp4", "O": "x"},
+                  {"id": "v3", "video": "c.mp4", "O": "y", "hard_negatives": ["v1"]})
+    samples = read_mvc_samples(path)
+    assert [s.hard_negatives for s in samples] == [("7", "v3"), (), ("v1",)]
+    back = read_mvc_samples(write_mvc_samples(samples, tmp_path / "out.jsonl"))
+    assert back == samples
+    records = read_mvc_records(path)  # the raw records kept, as read
+    assert [(n, raw) for n, raw, _ in records] == [(i + 1, json.loads(line))
+                                                   for i, line in enumerate(path.read_text().splitlines())]
+    assert [s for _, _, s in records] == samples
+
+
 def test_parquet_rows(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
@@ -75,6 +90,11 @@ def test_parquet_rows(tmp_path):
     ({"id": "a", "video": "a.mp4", "O": "x", "start": "0:01"}, 2, "start", "expected seconds"),
     ({"id": "a", "video": "a.mp4", "O": "x", "start": 3, "end": 2}, 2, "end", "after the start"),
     ({"id": "v1", "video": "a.mp4", "O": "x"}, 2, "id", "duplicate id"),
+    ({"id": "a", "video": "a.mp4", "O": "x", "hard_negatives": "v1"}, 2, "hard_negatives", "list of video ids"),
+    ({"id": "a", "video": "a.mp4", "O": "x", "hard_negatives": ["v1", True]}, 2, "hard_negatives", "index 1"),
+    ({"id": "a", "video": "a.mp4", "O": "x", "hard_negatives": ["a"]}, 2, "hard_negatives", "own id"),
+    ({"id": "a", "video": "a.mp4", "O": "x", "hard_negatives": ["v1", "v1"]}, 2, "hard_negatives", "twice"),
+    ({"id": "a", "video": "a.mp4", "O": "x", "hard_negatives": ["v9"]}, 2, "hard_negatives", "no record"),
 ])
 def test_bad_records_name_file_line_and_field(tmp_path, record, line, field, words):
     path = _jsonl(tmp_path, FULL, record)

@@ -36,7 +36,16 @@ def nli_corpus(path):
     path.write_text("sent0,sent1\n" + "".join(f"{a},{b}\n" for a, b in pairs))
 
 
-CORPORA = {"paragraph": ("train.jsonl", ".jsonl", lambda p: paragraph_corpus(p)), "nli": ("nli.csv", ".csv", nli_corpus)}
+def mvc_corpus(path, n=13):
+    rows = [{"id": f"v{i}", "video": f"v{i}.mp4", "S1": f"a {COLOURS[i % 6]} {ANIMALS[i % 5]} runs",
+             "O": f"{ANIMALS[i % 5]} clip", "D1*": f"A {COLOURS[i % 6]} {ANIMALS[i % 5]} runs far away {i}.",
+             "meta": {"i": i}} for i in range(n)]
+    del rows[4]["D1*"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+CORPORA = {"paragraph": ("train.jsonl", ".jsonl", lambda p: paragraph_corpus(p)), "nli": ("nli.csv", ".csv", nli_corpus),
+           "mvc": ("mvc.jsonl", ".jsonl", mvc_corpus)}
 
 
 def mine(tmp_path, fmt, out, *options):
@@ -62,7 +71,8 @@ def test_shard_ranges_cover_the_records_once_in_order():
 
 
 @pytest.mark.parametrize("fmt, options", [("paragraph", []), ("paragraph", ["--range-min", "1", "--margin", "0.05"]),
-                                          ("nli", [])])
+                                          ("nli", []), ("mvc", []),
+                                          ("mvc", ["--pool", "detailed", "--range-min", "1", "--margin", "0.05"])])
 def test_three_shards_give_the_single_process_corpus(tmp_path, fmt, options):
     want = single(tmp_path, fmt, *options)
     out = tmp_path / f"sharded{CORPORA[fmt][1]}"
@@ -263,3 +273,18 @@ def test_a_corrupt_manifest_is_refused_naming_it(tmp_path):
         code, _, stderr = mine(tmp_path, "paragraph", out, *argv)
         assert code == 2 and "manifest.json" in stderr and "Traceback" not in stderr, stderr
     assert not out.exists()
+
+
+def test_an_mvc_view_spelled_out_is_the_same_run(tmp_path):
+    want = single(tmp_path, "mvc")
+    out = tmp_path / "sharded.jsonl"
+    assert mine(tmp_path, "mvc", out, "--shard-index", "0", "--shard-count", "2")[0] == 0
+    code, _, stderr = mine(tmp_path, "mvc", out, "--shard-index", "1", "--shard-count", "2", "--query", "S1, S2,O",
+                           "--pool", "summary")
+    assert code == 0, stderr
+    assert out.read_bytes() == want
+    code, _, stderr = mine(tmp_path, "mvc", tmp_path / "other.jsonl", "--shard-index", "0", "--shard-count", "2")
+    assert code == 0, stderr
+    code, _, stderr = mine(tmp_path, "mvc", tmp_path / "other.jsonl", "--shard-index", "1", "--shard-count", "2",
+                           "--pool", "detailed")
+    assert code == 2 and "error: --pool:" in stderr and "shards already written" in stderr, stderr

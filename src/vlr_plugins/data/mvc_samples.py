@@ -18,7 +18,7 @@ from vlr_plugins.errors import DataFormatError, _type_name
 from vlr_plugins.registry import READERS
 
 __all__ = ["MVCSample", "MVC_TEXT_FIELDS", "MVC_SUMMARY_FIELDS", "MVC_DETAILED_FIELDS", "MVC_SAMPLE_SUFFIXES",
-           "read_mvc_samples", "mvc_sample_from_record", "write_mvc_samples"]
+           "mvc_record_kind", "read_mvc_records", "read_mvc_samples", "mvc_sample_from_record", "write_mvc_samples"]
 
 #: The caption fields of an MVC sample (paper sec. 3.1), each one text or null, in this order:
 #: ``O`` the original caption; ``S1``, ``S2`` summary captions; ``D1``, ``D2`` raw detailed
@@ -30,8 +30,8 @@ MVC_SUMMARY_FIELDS: tuple[str, ...] = ("O", "S1", "S2")
 MVC_DETAILED_FIELDS: tuple[str, ...] = ("D1*", "D2*", "P1", "P2")
 #: The file suffixes :func:`read_mvc_samples` reads.
 MVC_SAMPLE_SUFFIXES = (".jsonl", ".json", ".parquet")
-_OTHER_KEYS = ("id", "video", "start", "end", "meta")
-_KNOWN = (*_OTHER_KEYS[:4], *MVC_TEXT_FIELDS, _OTHER_KEYS[4])
+_OTHER_KEYS = ("id", "video", "start", "end", "hard_negatives", "meta")
+_KNOWN = (*_OTHER_KEYS[:4], *MVC_TEXT_FIELDS, *_OTHER_KEYS[4:])
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class MVCSample:
             samples stay hashable).
         start, end: for a clip of a longer video, the seconds it spans (``None``: the
             video's start / end).
+        hard_negatives: ids of other videos of the same corpus that are hard negatives of
+            this one, best first (what ``vlr mine mvc`` writes); ``()`` when none.
 
     ``texts(field)`` gives a field's text as a 1-tuple, or ``()`` when the sample lacks
     it: what :class:`~vlr_plugins.data.TextView` pools into candidate sets.
@@ -56,8 +58,11 @@ class MVCSample:
     captions: tuple[tuple[str, str], ...] = ()
     start: float | None = None
     end: float | None = None
+    hard_negatives: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.hard_negatives, tuple):
+            object.__setattr__(self, "hard_negatives", tuple(self.hard_negatives))
         given = dict(self.captions.items() if isinstance(self.captions, Mapping) else self.captions)
         unknown = [f for f in given if f not in MVC_TEXT_FIELDS]
         if unknown:
@@ -102,6 +107,31 @@ class _MVCRecord(_Record):
             raise self.error(key, f"expected seconds, a number >= 0 (or null), found {json.dumps(value)}")
         return float(value)
 
+    def negative_ids(self, own: str) -> tuple[str, ...]:
+        """``hard_negatives``: a list of video ids (strings or integers, as ``id``), each
+        once and none the record's own (that they name videos of the corpus is checked by
+        :func:`read_mvc_samples` once every record is read)."""
+        value = self.raw.get("hard_negatives")
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.error("hard_negatives", f"expected a list of video ids, found {_type_name(value)}")
+        out: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int)) or (isinstance(item, str)
+                                                                              and not item.strip()):
+                found = "an empty string" if isinstance(item, str) else _type_name(item)
+                raise self.error("hard_negatives", f"expected video ids (strings or integers), found {found} "
+                                                   f"at index {i}")
+            if str(item) == own:
+                raise self.error("hard_negatives", f"index {i} is the record's own id {own!r}: a video is not "
+                                                   "its own negative")
+            if str(item) in out:
+                raise self.error("hard_negatives", f"id {str(item)!r} given twice (index {out.index(str(item))} "
+                                                   f"and {i})")
+            out.append(str(item))
+        return tuple(out)
+
     def sample(self, media_key: str | None = "video",  # type: ignore[override]
                media_root: Path | None = None) -> MVCSample:
         self.known_keys()
@@ -116,7 +146,8 @@ class _MVCRecord(_Record):
         if not captions:
             raise self.error(None, f"no caption: expected at least one of {', '.join(MVC_TEXT_FIELDS)} "
                                    "as a non-empty string")
-        return MVCSample(id=sample_id, video=video, captions=tuple(captions.items()), start=start, end=end)
+        return MVCSample(id=sample_id, video=video, captions=tuple(captions.items()), start=start, end=end,
+                         hard_negatives=self.negative_ids(sample_id))
 
 
 def mvc_sample_from_record(
@@ -157,13 +188,15 @@ def read_mvc_samples(
     ``D1``, ``D2``                   raw detailed captions                 absent
     ``D1*``, ``D2*``                 refined detailed captions             absent
     ``P1``, ``P2``                   semantic positive captions            absent
+    ``hard_negatives``               ids of other videos of the corpus     none
     ``meta``                         anything (ignored)                    --
     ===============================  ====================================  ================
 
     Captions are non-empty strings; a record needs at least one. Any other key is an
     error (a misspelt view, ``D1_star``, would otherwise vanish from training), as is a
-    value of the wrong type. Relative video paths are taken from ``video_root`` (default:
-    the file's folder). Every record is validated before anything is returned; the first
+    value of the wrong type. ``hard_negatives`` (``vlr mine mvc``'s output) lists each id
+    once, never the record's own, and only ids of the file's records. Relative video paths
+    are taken from ``video_root`` (default: the file's folder). Every record is validated before anything is returned; the first
     problem raises :class:`~vlr_plugins.errors.DataFormatError` naming the file, the line
     (1-based) or Parquet row (0-based), and the field. A repeated id names both places.
 
@@ -181,6 +214,23 @@ def read_mvc_samples(
         >>> samples[0].texts("S1")  # doctest: +SKIP
         ('A person walks along a rocky path on a coastline.',)
     """
+    return [sample for _, _, sample in _read(path, video_root, keep_raw=False)]
+
+
+def read_mvc_records(
+    path: str | os.PathLike[str],
+    *,
+    video_root: str | os.PathLike[str] | None = None,
+) -> list[tuple[int, dict[str, Any], MVCSample]]:
+    """:func:`read_mvc_samples` keeping each record as read: ``(line or row, the raw record,
+    its sample)``, for a tool that writes the corpus back with every key as it was (``meta``,
+    the video paths as written; ``vlr mine mvc``). Errors name a line (JSON Lines) or a row
+    (Parquet): :func:`mvc_record_kind`."""
+    return _read(path, video_root, keep_raw=True)
+
+
+def _read(path: str | os.PathLike[str], video_root: str | os.PathLike[str] | None, *, keep_raw: bool
+          ) -> list[tuple[int, Any, MVCSample]]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
@@ -191,7 +241,7 @@ def read_mvc_samples(
         raise ValueError(f"cannot read MVC samples from {path}: expected one of {', '.join(MVC_SAMPLE_SUFFIXES)}, "
                          f"found suffix {path.suffix or '(none)'!r}")
     root = Path(video_root) if video_root is not None else path.parent
-    samples: list[MVCSample] = []
+    out: list[tuple[int, Any, MVCSample]] = []
     first_seen: dict[str, int] = {}
     for record, raw in records:
         sample = mvc_sample_from_record(raw, path, record, kind=kind, video_root=root)
@@ -199,8 +249,18 @@ def read_mvc_samples(
             raise DataFormatError(path, f"duplicate id {sample.id!r}, first seen on {kind} {first_seen[sample.id]}",
                                   record=record, field="id", record_kind=kind)
         first_seen[sample.id] = record
-        samples.append(sample)
-    return samples
+        out.append((record, raw if keep_raw else None, sample))
+    for record, _, sample in out:
+        unknown = [i for i in sample.hard_negatives if i not in first_seen]
+        if unknown:
+            raise DataFormatError(path, f"names video id {unknown[0]!r}, which no record of the file has",
+                                  record=record, field="hard_negatives", record_kind=kind)
+    return out
+
+
+def mvc_record_kind(path: str | os.PathLike[str]) -> str:
+    """What :func:`read_mvc_records` counts records of ``path`` as: ``line`` or ``row``."""
+    return "row" if Path(path).suffix.lower() == ".parquet" else "line"
 
 
 READERS.register(read_mvc_samples, name="mvc_samples")
@@ -221,5 +281,7 @@ def write_mvc_samples(samples: Iterable[MVCSample], path: str | os.PathLike[str]
             if s.end is not None:
                 record["end"] = s.end
             record.update(s.captions)
+            if s.hard_negatives:
+                record["hard_negatives"] = list(s.hard_negatives)
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path

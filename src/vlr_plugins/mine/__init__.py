@@ -1,6 +1,7 @@
 """``vlr mine``: exact hard-negative mining over a training corpus, written back in the format
 the trainers read (the paragraph samples' ``hard_negatives`` for ``vlr train paragraph/c7``,
-SimCSE's ``sent0,sent1,hard_neg`` CSV for CaRe stage II). The search itself is the engine's
+SimCSE's ``sent0,sent1,hard_neg`` CSV for CaRe stage II, an MVC corpus with each video's
+``hard_negatives`` video ids, :mod:`vlr_plugins.mine.mvc_corpus`). The search itself is the engine's
 :func:`~vlr_plugins.eval.hard_negatives.mine_hard_negatives` (exact, bounded memory)."""
 
 from vlr_plugins.mine.corpora import MiningTask, nli_task, paragraph_task

@@ -15,7 +15,8 @@ from vlr_plugins.mine.shards import check_shard_options, finished_run, is_sharde
 __all__ = ["add_cli", "cmd_mine"]
 
 #: corpus format -> (suffixes it reads, suffix it writes)
-FORMATS = {"paragraph": ((".jsonl", ".json", ".parquet", ".csv", ".tsv"), ".jsonl"), "nli": ((".csv",), ".csv")}
+FORMATS = {"paragraph": ((".jsonl", ".json", ".parquet", ".csv", ".tsv"), ".jsonl"), "nli": ((".csv",), ".csv"),
+           "mvc": ((".jsonl", ".json", ".parquet"), ".jsonl")}
 
 
 def _check_paths(args: argparse.Namespace) -> str | None:
@@ -24,6 +25,8 @@ def _check_paths(args: argparse.Namespace) -> str | None:
     reads, writes = FORMATS[args.format]
     if not os.path.isfile(args.input):
         raise UsageError("INPUT", f"{args.input}: no such file")
+    if Path(args.input).suffix.lower() not in reads:
+        raise UsageError("INPUT", f"{args.format} corpora are read from {', '.join(reads)}; found {args.input}")
     if Path(args.out).suffix.lower() != writes:
         raise UsageError("--out", f"{args.format} corpora are written as {writes}; found {args.out}")
     if os.path.exists(args.out) and os.path.samefile(args.out, args.input):
@@ -46,21 +49,34 @@ def _check_window(args: argparse.Namespace) -> None:
 
 def _task(args: argparse.Namespace):
     """The corpus read and its mining task, checked against the options."""
-    from vlr_plugins.mine.corpora import nli_task, paragraph_task
+    from vlr_plugins.mine.corpora import PARAGRAPH_QUERIES, nli_task, paragraph_task
 
     if args.format == "nli":
         for option, value in (("--query", args.query), ("--pool", args.pool), ("--image-embeddings",
-                                                                               args.image_embeddings)):
+                                                                               args.image_embeddings),
+                              ("--video-embeddings", args.video_embeddings)):
             if value is not None:
-                raise UsageError(option, "is for paragraph corpora; an NLI corpus mines sent0 against every sent1")
+                raise UsageError(option, "is for paragraph corpora (and mvc); an NLI corpus mines sent0 "
+                                         "against every sent1")
         if args.keep_existing:
-            raise UsageError("--keep-existing", "is for paragraph corpora (an NLI record has one hard_neg)")
+            raise UsageError("--keep-existing", "is for paragraph corpora (and mvc): an NLI record has one "
+                                                "hard_neg")
         from vlr_plugins.data.nli import read_nli_triplets
 
         return nli_task(read_nli_triplets(args.input, on_empty="space"))
+    if args.format == "mvc":
+        from vlr_plugins.mine.mvc_corpus import mvc_task_of_args
+
+        return mvc_task_of_args(args)
     from vlr_plugins.data.sample import read_paragraph_samples
 
+    if args.video_embeddings is not None:
+        raise UsageError("--video-embeddings", "is for mvc corpora (--query video); paragraph corpora search with "
+                                               "--query image --image-embeddings STORE")
     query = args.query or "caption"
+    if query not in PARAGRAPH_QUERIES:
+        raise UsageError("--query", f"a paragraph sample searches with {', '.join(PARAGRAPH_QUERIES)}; found "
+                                    f"{query!r}")
     if (query == "image") != (args.image_embeddings is not None):
         raise UsageError("--image-embeddings", "is needed with --query image, and only there" if query == "image"
                          else f"is for --query image; --query {query} embeds texts")
@@ -113,12 +129,19 @@ def _embed_texts(args: argparse.Namespace, device: str):
                                                  batch_size=args.batch_size, desc=desc)
 
 
+def _store_option(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The option naming the query store, and its value."""
+    if args.format == "mvc":
+        return "--video-embeddings", args.video_embeddings
+    return "--image-embeddings", args.image_embeddings
+
+
 def _query_embeddings(task, args: argparse.Namespace, embed, rows: slice):
     if task.query_ids is None:
         return embed(task.query_texts[rows], "encode queries")
     from vlr_plugins.data.embedding_store import EmbeddingStore
 
-    with EmbeddingStore(args.image_embeddings) as store:
+    with EmbeddingStore(_store_option(args)[1]) as store:
         store.check(task.query_ids)
         return store.get(task.query_ids[rows]).float()
 
@@ -136,16 +159,17 @@ def _mine(task, args: argparse.Namespace, device: str, rows: slice) -> list[list
         gallery = embed(task.gallery, "encode gallery")
         queries = _query_embeddings(task, args, embed, rows)
     if queries.shape[1] != gallery.shape[1]:
-        raise UsageError("--image-embeddings", f"{args.image_embeddings} holds {queries.shape[1]}-d embeddings and "
-                                               f"{args.model} embeds texts in {gallery.shape[1]} dimensions: they "
-                                               "are not one space")
+        option, store = _store_option(args)
+        raise UsageError(option, f"{store} holds {queries.shape[1]}-d embeddings and {args.model} embeds texts in "
+                                 f"{gallery.shape[1]} dimensions: they are not one space")
     mined = mine_hard_negatives(queries, gallery, task.positives[rows], k=args.num_negatives,
                                 range_min=args.range_min, range_max=args.range_max, margin=args.margin, device=device)
     return [[j for j in row if j >= 0] for row in mined.indices.tolist()]
 
 
 def _write(task, args: argparse.Namespace, indices: list[list[int]]) -> None:
-    texts = [[task.gallery[j] for j in row] for row in indices]
+    keys = task.gallery if task.gallery_keys is None else task.gallery_keys
+    texts = [[keys[j] for j in row] for row in indices]
     summary = task.write(texts, args.out)
     short = sum(1 for row in texts if len(row) < args.num_negatives)
     print(f"mined {sum(len(row) for row in texts)} hard negatives for {len(task)} queries against "
@@ -218,13 +242,17 @@ def add_cli(sub: Any) -> None:
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     s = sub.add_parser(
-        "mine", help="exact hard negatives for a training corpus (paragraph samples, NLI triplets)",
+        "mine", help="exact hard negatives for a training corpus (paragraph samples, MVC videos, NLI triplets)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="For every query of a corpus, the most similar gallery texts that are not its positives,\n"
                     "exactly (tiled, bounded memory), written back in the corpus' own format:\n"
                     "  paragraph  samples (.jsonl/.parquet/.csv): each sample's caption (or paragraph, or image)\n"
                     "             against every distinct caption/positive; the result is the samples with\n"
                     "             hard_negatives filled (vlr train paragraph/c7 reads them)\n"
+                    "  mvc        multi-view-captions corpus (.jsonl/.parquet): each video's summary caption\n"
+                    "             (or another view, or its stored embedding) against one caption of every\n"
+                    "             video; a video sharing any caption with it is a positive; the result is the\n"
+                    "             records as given with hard_negatives = the mined videos' ids\n"
                     "  nli        SimCSE's sent0,sent1[,hard_neg] CSV: sent0 against every distinct sent1; one\n"
                     "             output record per mined sentence (CaRe stage II reads it)\n"
                     "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
@@ -239,18 +267,23 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--model", required=True,
                    help="the embedding model: a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG, "
                         "mllm:FOLDER[:PROMPT] or module:callable (as vlr eval)")
-    s.add_argument("--out", required=True, help="the corpus to write (.jsonl for paragraph, .csv for nli)")
+    s.add_argument("--out", required=True, help="the corpus to write (.jsonl for paragraph and mvc, .csv for nli)")
     s.add_argument("--num-negatives", "-k", type=positive_int, default=5, help="negatives per query (default 5)")
     s.add_argument("--range-min", type=non_negative_int, default=0, help="skip this many best candidates first")
     s.add_argument("--range-max", type=positive_int, help="take candidates only from the ranks below this")
     s.add_argument("--margin", type=at_least(0.0, float), help="a negative scores at least this much below every positive")
-    s.add_argument("--query", choices=("caption", "paragraph", "image"),
-                   help="paragraph: what each sample searches with (default caption)")
+    s.add_argument("--query", metavar="QUERY",
+                   help="paragraph: what each sample searches with: caption (default), paragraph or image; mvc: "
+                        "summary (default: S1, else S2, else O), detailed (D1*, D2*, P1, P2, the first present), "
+                        "FIELD,... (the first present) or video")
     s.add_argument("--pool", metavar="FIELD,...",
-                   help="paragraph: the fields whose texts form the gallery (default caption,positives)")
+                   help="paragraph: the fields whose texts form the gallery (default caption,positives); mvc: the "
+                        "view of each gallery video: summary, detailed or FIELD,... (default the query's; summary "
+                        "for --query video)")
     s.add_argument("--image-embeddings", metavar="STORE", help="paragraph --query image: the image-embedding store")
+    s.add_argument("--video-embeddings", metavar="STORE", help="mvc --query video: the video-embedding store")
     s.add_argument("--keep-existing", action="store_true",
-                   help="paragraph: keep a sample's hard_negatives and add the mined ones after them")
+                   help="paragraph, mvc: keep a sample's hard_negatives and add the mined ones after them")
     s.add_argument("--max-tokens", type=positive_int, help="checkpoints and blip: the token budget "
                                                            "(default the encoder's positions)")
     s.add_argument("--tokenizer", help="default: the encoder's (checkpoints and blip: only)")

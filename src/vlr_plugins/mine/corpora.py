@@ -7,6 +7,9 @@ each query's positives (never returned) and how the mined texts are written back
   are the gallery texts it holds itself, so a text two samples share is never mined for
   either. The mined texts become the sample's ``hard_negatives`` (after the ones it has, with
   ``keep_existing``).
+- **MVC corpora** (``vlr train mvc/...``): one query per video (a text of its summary view,
+  or its stored embedding) against one text per video; the mined entries are videos,
+  written as ids in each record's ``hard_negatives`` (:mod:`vlr_plugins.mine.mvc_corpus`).
 - **NLI triplets** (CaRe stage II, SimCSE's CSV): one query per record (``sent0``); the gallery
   is every distinct ``sent1`` (the positive corpus, as sentence-transformers'
   ``mine_hard_negatives`` searches); a record's positives are the ``sent1`` of every record
@@ -41,8 +44,9 @@ class MiningTask:
 
     ``query_texts`` (Q texts) or, for image queries, ``query_ids`` (Q ids of an embedding
     store); ``gallery`` (G distinct texts); ``positives`` (Q lists of gallery indices);
-    ``write(mined, path)`` writes the corpus back with ``mined`` (Q lists of gallery texts,
-    best first) and returns what it wrote, as a short summary.
+    ``write(mined, path)`` writes the corpus back with ``mined`` (Q lists of gallery keys,
+    best first) and returns what it wrote, as a short summary. A gallery entry's key is its
+    text, or ``gallery_keys[j]`` where given (MVC: the id of the video the entry stands for).
     """
 
     query_texts: list[str] | None
@@ -50,6 +54,7 @@ class MiningTask:
     gallery: list[str]
     positives: list[list[int]]
     write: Callable[[list[list[str]], str | os.PathLike[str]], dict] = field(repr=False)
+    gallery_keys: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.positives)

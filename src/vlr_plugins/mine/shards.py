@@ -47,7 +47,8 @@ _SETTINGS = {
     "format": "FORMAT", "model": "--model", "tokenizer": "--tokenizer", "max_tokens": "--max-tokens",
     "model_dtype": "--model-dtype", "num_negatives": "--num-negatives", "range_min": "--range-min",
     "range_max": "--range-max", "margin": "--margin", "query": "--query", "pool": "--pool",
-    "keep_existing": "--keep-existing", "image_embeddings": "--image-embeddings", "shard_count": "--shard-count",
+    "keep_existing": "--keep-existing", "image_embeddings": "--image-embeddings",
+    "video_embeddings": "--video-embeddings", "shard_count": "--shard-count",
 }
 
 
@@ -102,8 +103,19 @@ def _settings(args: argparse.Namespace, shard_count: int) -> dict[str, Any]:
     if args.format == "paragraph":  # the defaults written out: a rerun spelling them gives the same run
         settings["query"] = args.query or "caption"
         settings["pool"] = [p.strip() for p in (args.pool or "caption,positives").split(",")]
-    if settings["image_embeddings"] is not None:
-        settings["image_embeddings"] = os.path.abspath(settings["image_embeddings"])
+    elif args.format == "mvc":  # the views as fields: "summary" and "S1,S2,O" are one run
+        from vlr_plugins.mine.mvc_corpus import mvc_view
+
+        try:
+            query = mvc_view(args.query, option="--query")
+            settings["query"] = query if query == "video" else list(query)
+            settings["pool"] = list(mvc_view(args.pool, option="--pool",
+                                             default="summary" if query == "video" else (args.query or "summary")))
+        except ValueError:
+            pass  # refused by the task's checks (as given, it matches no run)
+    for store in ("image_embeddings", "video_embeddings"):
+        if settings[store] is not None:
+            settings[store] = os.path.abspath(settings[store])
     settings["shard_count"] = shard_count
     return settings
 
