@@ -162,10 +162,11 @@ class Parts:
         return [i for i in range(count) if not (self.part(i, count) / "index.json").is_file()
                 or work_dir_of(self.part(i, count)).exists()]
 
-    def merge(self, count: int, *, align_check: Any = None) -> MergeResult:
+    def merge(self, count: int, *, align_check: Any = None, check_only: bool = False) -> MergeResult | None:
         """Check every part and write ``out`` from them (see the module docstring); the work
         folder is removed once ``out`` is in place. ``align_check(items, index, count, shard
-        meta) -> (start, stop)`` recomputes each shard's range."""
+        meta) -> (start, stop)`` recomputes each shard's range. ``check_only``: refuse what
+        would be refused, read only, and return None."""
         missing = self.missing(count)
         if missing:
             i = missing[0]
@@ -207,6 +208,10 @@ class Parts:
                                                                f"{i}; nothing merged")
                 seen[row_id] = i
             failures.append(failed)
+        if check_only:
+            for store in stores:
+                store.close()
+            return None
         meta = {k: v for k, v in first["meta"].items() if k != SHARD_KEY}
         layout = first["meta"][SHARD_KEY].get("layout", {})
         self._write(stores, meta, first["dim"], stores[0].dtype, layout)

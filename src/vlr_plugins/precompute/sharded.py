@@ -105,6 +105,7 @@ class ShardJob:
 def _merge(parts: Parts, count: int, *, who: str, force: bool) -> int:
     from vlr_plugins.mine.merge_claim import DEFAULT_CLAIM_TIMEOUT, take_claim
 
+    parts.merge(count, align_check=_aligned, check_only=True)  # what is refused is refused before the claim
     taken, held = take_claim(parts.dir / "merging.json", timeout=DEFAULT_CLAIM_TIMEOUT, force=force)
     if not taken:
         if not parts.dir.exists():
@@ -112,7 +113,11 @@ def _merge(parts: Parts, count: int, *, who: str, force: bool) -> int:
             return 0
         print(f"{who}: another process merges the parts into {parts.out} ({held.describe() if held else 'gone'})")
         return 0
-    result = parts.merge(count, align_check=_aligned)
+    try:
+        result = parts.merge(count, align_check=_aligned)
+    except BaseException:
+        (parts.dir / "merging.json").unlink(missing_ok=True)  # ours: a refused merge leaves the parts as they were
+        raise
     print(f"wrote {result.rows} embeddings to {result.out} (merged from {count} shards)")
     if result.failures:
         print(f"error: {result.failures} items could not be decoded; they are listed with the decoder's reason in "
