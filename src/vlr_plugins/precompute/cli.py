@@ -24,9 +24,20 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
     from vlr_plugins._io import check_output_dir
 
+    from vlr_plugins._shards import local_rank, resolve_shard
+
     # everything a run can be refused for is checked before a file is written or an item encoded
+    if args.merge_only:
+        return _merge_only(args)
+    if args.images is None and args.videos is None and args.benchmarks is None:
+        raise UsageError("--images", "one of --images, --videos or --benchmarks is needed (or --merge-only)")
+    if args.encoder is None:
+        raise UsageError("--encoder", "needed: the tower that encodes the items")
+    shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
+    if shard is not None and args.device == "cuda" and local_rank() is not None:
+        args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
     video_options = {"--frames": args.frames, "--sampler": args.sampler, "--seed": args.seed,
-                     "--backend": args.backend, "--resume": args.resume or None}
+                     "--backend": args.backend, "--resume": (args.resume and shard is None) or None}
     if args.images is not None:
         given = [option for option, value in video_options.items() if value is not None]
         if given:
@@ -43,7 +54,8 @@ def cmd_precompute(args: argparse.Namespace) -> int:
         from vlr_plugins.data.embedding_store import check_store_target
         from vlr_plugins.precompute.images import list_images, precompute_image_embeddings
 
-        check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
+        if shard is None:
+            check_store_target(args.out, overwrite=args.overwrite, flag="--overwrite")
         images = list_images(args.images)
         scheme = parse_model_spec(args.encoder, "image").scheme
         options = {"device": device} if scheme in ("blip", "mllm") else {}
@@ -51,6 +63,15 @@ def cmd_precompute(args: argparse.Namespace) -> int:
             options["dtype"] = args.model_dtype
         encoder = load_image_encoder(args.encoder, setting="--encoder", **options)
         recorded = model_dtype_record(args.model_dtype, getattr(encoder, "embedder", None), args.encoder, device)
+        if shard is not None:
+            from vlr_plugins.precompute.sharded import IMAGE_LAYOUT, ShardJob, run_image_shard
+
+            batch_size = args.batch_size or 64
+            job = ShardJob(args.out, [i for i, _ in images], *shard, batch_size, IMAGE_LAYOUT, "images")
+            return run_image_shard(job, encoder, images, batch_size=batch_size, dtype=dtype,
+                                   meta={"encoder": args.encoder, **recorded}, resume=args.resume,
+                                   overwrite=args.overwrite,
+                                   **({"num_workers": args.workers} if args.workers is not None else {}))
         store = precompute_image_embeddings(encoder, images, args.out, batch_size=args.batch_size or 64, dtype=dtype,
                                             meta={"encoder": args.encoder, **recorded}, overwrite=args.overwrite,
                                             **({"num_workers": args.workers} if args.workers is not None else {}))
@@ -66,7 +87,8 @@ def cmd_precompute(args: argparse.Namespace) -> int:
     from vlr_plugins.precompute.video_sources import benchmark_videos, list_videos
 
     flags = {"resume_flag": "--resume", "overwrite_flag": "--overwrite"}
-    check_resumable_target(args.out, resume=args.resume, overwrite=args.overwrite, **flags)
+    if shard is None:
+        check_resumable_target(args.out, resume=args.resume, overwrite=args.overwrite, **flags)
     failures = failures_path_of(args.out)
     if failures.is_dir():
         raise UsageError("--out", f"the videos that cannot be decoded are listed in {failures}, which is a folder")
@@ -89,6 +111,16 @@ def cmd_precompute(args: argparse.Namespace) -> int:
     meta = {**video_store_meta(encoder, args.encoder, frames=frames, sampler=sampler, seed=seed, backend=backend),
             **recorded}
     dim = getattr(encoder, "embed_dim", None)
+    if shard is not None:
+        from vlr_plugins.precompute.sharded import VIDEO_LAYOUT, ShardJob, run_video_shard
+
+        batch_size = args.batch_size or 16
+        job = ShardJob(args.out, [v.id for v in videos], *shard, batch_size, VIDEO_LAYOUT, "videos")
+        return run_video_shard(job, encoder, videos, dim=dim if isinstance(dim, int) else None, dtype=dtype,
+                               meta=meta, extra={"encoder": args.encoder, **recorded}, resume=args.resume,
+                               overwrite=args.overwrite, frames=frames, sampler=sampler, seed=seed,
+                               backend=backend, batch_size=batch_size,
+                               num_workers=4 if args.workers is None else args.workers)
     check_resumable_target(args.out, resume=args.resume, overwrite=args.overwrite, dtype=dtype, meta=meta,
                            dim=dim if isinstance(dim, int) else None, **flags)
     try:
@@ -108,6 +140,19 @@ def cmd_precompute(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     return 0
+
+
+def _merge_only(args: argparse.Namespace) -> int:
+    from vlr_plugins.precompute.sharded import merge_only
+
+    if args.shard_index is not None:
+        raise UsageError("--shard-index", "--merge-only merges the parts of every shard; drop --shard-index")
+    given = [o for o, v in (("--images", args.images), ("--videos", args.videos), ("--benchmarks", args.benchmarks),
+                            ("--encoder", args.encoder)) if v is not None]
+    if given:
+        raise UsageError(given[0], "--merge-only merges the parts the shards wrote, with the settings they "
+                                   "recorded; it takes --out (and --shard-count) only")
+    return merge_only(args.out, args.shard_count)
 
 
 def add_cli(sub: Any) -> None:
@@ -142,13 +187,17 @@ def add_cli(sub: Any) -> None:
                     "(B, T, 3, H, W)) -> (B, D), image_mean, image_std, image_size. Video stores are written\n"
                     "resumably: a killed run keeps what it wrote, and --resume finishes it (or adds new\n"
                     "videos to a store). Videos that cannot be decoded are listed in OUT.failures.jsonl;\n"
-                    "the run goes on and exits 2.")
-    source = s.add_mutually_exclusive_group(required=True)
+                    "the run goes on and exits 2.\n\n"
+                    "Sharded (docs/precompute.md): --shard-index I --shard-count N (a SLURM array), or under\n"
+                    "torchrun each rank by itself, encodes a contiguous share of the items (whole batches) into\n"
+                    "its part in .OUT.shards/, resumably (--resume); the last shard to finish merges the parts\n"
+                    "into OUT, byte for byte the store one process writes; --merge-only --out OUT merges them.")
+    source = s.add_mutually_exclusive_group()
     source.add_argument("--images", help="a folder, or a .txt / .jsonl list of images")
     source.add_argument("--videos", help="a folder, or a .txt / .jsonl list of videos")
     source.add_argument("--benchmarks", metavar="YAML",
                         help="every video of the benchmarks in a `vlr eval` benchmarks file, with their item ids")
-    s.add_argument("--encoder", required=True,
+    s.add_argument("--encoder",
                    help="images: blip:<hub name or folder> (BlipForImageTextRetrieval), mllm:FOLDER[:PROMPT] or "
                         "module:callable; videos: "
                         "open_clip:MODEL[:PRETRAINED], a tower config file, vlr:CHECKPOINT, mllm:FOLDER[:PROMPT] "
@@ -169,4 +218,10 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--resume", action="store_true",
                    help="keep the videos a killed run (or an earlier store) already holds and add the rest")
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (start over)")
+    s.add_argument("--shard-index", type=non_negative_int,
+                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it encodes a contiguous "
+                        "share of the items into its own part; under torchrun each rank takes its shard by itself")
+    s.add_argument("--shard-count", type=positive_int, help="the shards of the job array (with --shard-index)")
+    s.add_argument("--merge-only", action="store_true",
+                   help="merge the parts of finished shards into --out (the last shard to finish does it itself)")
     s.set_defaults(fn=cmd_precompute)
