@@ -1,7 +1,7 @@
 """Which share of the work one process of a job array or a ``torchrun`` group takes.
 
-Shared by the commands that scale out (``vlr precompute``; ``vlr mine``'s
-:func:`~vlr_plugins.mine.shards.shard_range` is the same split with ``align=1``):
+Shared by the commands that scale out (``vlr precompute`` with ``align`` its batch size,
+``vlr mine`` with ``align=1``):
 
 - :func:`shard_range`: shard ``index`` of ``count`` takes the contiguous records
   ``[start, stop)``, so the parts put back in shard order are the input in its order; with

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from _refusal import run_vlr
-from vlr_plugins.mine.merge_claim import read_claim, take_claim
+from vlr_plugins._merge_claim import read_claim, take_claim
 from vlr_plugins.mine.shards import run_record_of, shard_range, work_dir_of
 
 MODEL = "_bow_model:BagOfWords"

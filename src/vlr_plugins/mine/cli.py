@@ -238,7 +238,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
-    from vlr_plugins.mine.merge_claim import DEFAULT_CLAIM_TIMEOUT
+    from vlr_plugins._merge_claim import DEFAULT_CLAIM_TIMEOUT
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     s = sub.add_parser(

@@ -8,7 +8,7 @@ gallery itself), and writes its part into a work folder beside ``--out``::
     data/.mined.jsonl.parts/        the work folder of data/mined.jsonl
         manifest.json               the input (size, mtime, SHA-256) and every setting of the run
         part-00003-of-00008.json    shard 3's records: their mined gallery indices, best first
-        merging.json                the merge claim: host, pid, start time (mine/merge_claim.py)
+        merging.json                the merge claim: host, pid, start time (vlr_plugins/_merge_claim.py)
     data/.mined.jsonl.run.json      after the merge: the manifest kept, and --out's size and SHA-256
 
 Every file is written to a temporary name and renamed, so it is there whole or not at all. A
@@ -33,7 +33,9 @@ from typing import Any
 
 from vlr_plugins._io import atomic_write_json
 from vlr_plugins.errors import DataFormatError, UsageError
-from vlr_plugins.mine.merge_claim import Claim, take_claim
+from vlr_plugins._merge_claim import Claim, take_claim
+from vlr_plugins._shards import check_shard_options as _check_pair
+from vlr_plugins._shards import shard_range
 
 __all__ = ["ShardRun", "check_shard_options", "finished_run", "open_shards", "run_record_of", "shard_range",
            "work_dir_of"]
@@ -74,19 +76,9 @@ def check_shard_options(args: argparse.Namespace) -> None:
         if args.shard_index is not None:
             raise UsageError("--shard-index", "--merge-only merges the parts of every shard; drop --shard-index")
         return
-    if args.shard_index is None and args.shard_count is not None:
-        raise UsageError("--shard-index", f"needed with --shard-count {args.shard_count} (e.g. "
-                                          "$SLURM_ARRAY_TASK_ID)")
-    if args.shard_index is not None and args.shard_count is None:
-        raise UsageError("--shard-count", "needed with --shard-index (the tasks of the job array)")
-    if args.shard_index is not None and args.shard_index >= args.shard_count:
-        raise UsageError("--shard-index", f"expected 0 .. {args.shard_count - 1} (--shard-count "
-                                          f"{args.shard_count}), found {args.shard_index}")
+    _check_pair(args.shard_index, args.shard_count)
 
 
-def shard_range(n: int, index: int, count: int) -> tuple[int, int]:
-    """The records ``[start, stop)`` of shard ``index`` of ``count`` over ``n`` records."""
-    return n * index // count, n * (index + 1) // count
 
 
 def _file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -176,7 +168,7 @@ class ShardRun:
 
     def claim_merge(self, *, timeout: float, force: bool) -> tuple[bool, Claim | None]:
         """Whether this process merges, and the claim it took over or found held
-        (mine/merge_claim.py: a stale claim is taken over; ``force``: any but a live one here)."""
+        (_merge_claim.py: a stale claim is taken over; ``force``: any but a live one here)."""
         return take_claim(self.work / "merging.json", timeout=timeout, force=force)
 
     def finish(self, out: str | os.PathLike[str]) -> None:

@@ -103,7 +103,7 @@ class ShardJob:
 
 
 def _merge(parts: Parts, count: int, *, who: str, force: bool) -> int:
-    from vlr_plugins.mine.merge_claim import DEFAULT_CLAIM_TIMEOUT, take_claim
+    from vlr_plugins._merge_claim import DEFAULT_CLAIM_TIMEOUT, take_claim
 
     parts.merge(count, align_check=_aligned, check_only=True)  # what is refused is refused before the claim
     taken, held = take_claim(parts.dir / "merging.json", timeout=DEFAULT_CLAIM_TIMEOUT, force=force)

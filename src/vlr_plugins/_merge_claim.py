@@ -1,6 +1,7 @@
-"""The merge claim of a sharded ``vlr mine`` run: ``merging.json`` in the work folder, naming
-the process that merges (host, pid, start time), so that a later run can tell a merge in
-progress from one that was killed (docs/eval.md, "Sharded and resumable").
+"""The merge claim of a sharded run (``vlr mine``, ``vlr precompute``): ``merging.json`` in the
+work folder, naming the process that merges (host, pid, start time), so that a later run can
+tell a merge in progress from one that was killed (docs/eval.md, "Sharded and resumable";
+docs/precompute.md). Framework-free: any application may import it.
 
 The claim is written whole under a temporary name and hard-linked onto ``merging.json``: the
 link fails when the name exists, so exactly one process holds it, and a reader never sees a
