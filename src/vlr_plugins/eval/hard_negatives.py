@@ -167,6 +167,8 @@ class _Miner:
         self.blocks = blocks = max(MIN_BLOCKS, -(-depth // 16) * 16)
         rows = min(chunk_size or max(1, math.isqrt(budget)), max(1, budget // blocks))
         rows = max(1, min(rows, -(-self.n_queries // n_workers)))  # at least one block per worker
+        if chunk_size is None:  # evened out, so that the last block is not mostly padding
+            rows = -(-self.n_queries // -(-self.n_queries // rows))
         most = max(blocks, (budget // rows) // blocks * blocks)
         pieces = -(-self.n_gallery // most)
         self.rows, self.cols = rows, -(-(-(-self.n_gallery // pieces)) // blocks) * blocks
