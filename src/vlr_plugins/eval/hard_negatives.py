@@ -5,16 +5,19 @@ The (queries x gallery) cosine-score matrix is visited a tile at a time (tiles o
 :func:`~vlr_plugins.eval._tiles.tile_shape`, every product of the same full, zero-padded
 shape). A block of queries walks the gallery tiles in index order, keeping for each query
 a running list of its best ``L = range_min + k`` candidates (at most ``range_max``),
-ordered by score descending, ties by lower gallery index. Because the tiles come in index
-order, a later candidate enters only with a score strictly above the list's last one (on
-a tie the earlier index wins), so a tile is reduced to its few entering candidates: the
-maxima of blocks of columns (:meth:`_Miner.block_maxima`) are compared with that threshold, and only the
-blocks above it are read. A list not yet full (a block's first tile) takes as its
-threshold the L-th largest block maximum of the tile row (at least L scores reach it), so
-that even then only a few candidates per query are sorted. Memory: O(Q * L) for the lists
-plus one tile per worker. On CPU the query blocks are shared among the tile workers
-(:mod:`~vlr_plugins.eval._tile_workers`), each owning whole blocks, so nothing is merged
-across workers.
+ordered by score descending, ties by lower gallery index. A tile is reduced to the few
+blocks of columns (:meth:`_Miner.block_maxima`) whose maximum reaches the row's floor,
+and only those are read; they are held and merged into the lists once a tile's worth of
+scores is held, or at the block's end (one sort per merge, not per tile). The floor is a
+lower bound of what can still enter: a value that L distinct admissible scores seen so
+far reach (the L-th largest of block maxima, refreshed at tiles 1, 2, 4, 8, ..., the
+maxima of the tiles between pooled element-wise per block column, so that each pooled
+value is still a score of its own), and, once lists are merged, just above a full
+list's last score (the tiles come in index order, so on a tie the listed, lower index
+wins). Memory: O(Q * L) for the lists plus, per worker, one tile and under two tiles'
+worth of held scores (and their copy while merged). On CPU the query blocks
+are shared among the tile workers (:mod:`~vlr_plugins.eval._tile_workers`), each owning
+whole blocks, so nothing is merged across workers.
 
 Margin (false-negative guard). With ``margin`` set, a candidate with float32 score ``s``
 is kept only when ``s <= p - margin`` evaluated exactly (``p - margin`` in float64, then
