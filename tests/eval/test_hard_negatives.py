@@ -236,3 +236,29 @@ def test_equals_sentence_transformers(window):
         got = [j for j in ours.indices[q].tolist() if j >= 0]
         assert got == theirs.get(q, []), f"query {q}"
     assert not math.isnan(float(ours.scores[:, 0].sum()))
+
+
+@pytest.mark.parametrize("pending", [1, 100, 10**9])  # merged after every tile, every few, once per block
+@pytest.mark.parametrize("margin", [None, 0.125])
+def test_deferred_merges_keep_the_tie_rule(pending, margin):
+    """The blocks read from several tiles are held and merged into the lists at once:
+    exact ties (duplicated gallery halves, scores multiples of 1/8) straddle the merges
+    and still go to the lower index."""
+    queries, gallery, positives = tied_problem(n_gallery=600)
+    offsets, indices = positives_csr(positives, len(queries), len(gallery))
+    miner = _Miner(queries, gallery, offsets, indices, depth=9, margin=margin, chunk_size=None, device=CPU,
+                   max_chunk_bytes=2048)
+    miner.pending_elems = pending
+    merges, merge = [], miner.merge
+    miner.merge = lambda *args: (merges.append(1), merge(*args))
+    with torch.no_grad():
+        _, top_idx = miner.run()
+    n_blocks, n_tiles = -(-len(queries) // miner.rows), -(-len(gallery) // miner.cols)
+    if pending == 10**9:
+        assert len(merges) == n_blocks
+    else:  # after every tile that read a block (not all do), or every few
+        assert n_blocks < len(merges) <= n_blocks * n_tiles
+        assert len(merges) > n_blocks * n_tiles // 2 or pending == 100
+    expected, _ = reference(queries, gallery, positives, k=9, margin=margin)
+    for q, row in enumerate(expected):
+        assert [j for j in top_idx[q].tolist() if j >= 0] == row, f"query {q}"

@@ -5,16 +5,19 @@ The (queries x gallery) cosine-score matrix is visited a tile at a time (tiles o
 :func:`~vlr_plugins.eval._tiles.tile_shape`, every product of the same full, zero-padded
 shape). A block of queries walks the gallery tiles in index order, keeping for each query
 a running list of its best ``L = range_min + k`` candidates (at most ``range_max``),
-ordered by score descending, ties by lower gallery index. Because the tiles come in index
-order, a later candidate enters only with a score strictly above the list's last one (on
-a tie the earlier index wins), so a tile is reduced to its few entering candidates: the
-maxima of blocks of columns (:meth:`_Miner.block_maxima`) are compared with that threshold, and only the
-blocks above it are read. A list not yet full (a block's first tile) takes as its
-threshold the L-th largest block maximum of the tile row (at least L scores reach it), so
-that even then only a few candidates per query are sorted. Memory: O(Q * L) for the lists
-plus one tile per worker. On CPU the query blocks are shared among the tile workers
-(:mod:`~vlr_plugins.eval._tile_workers`), each owning whole blocks, so nothing is merged
-across workers.
+ordered by score descending, ties by lower gallery index. A tile is reduced to the few
+blocks of columns (:meth:`_Miner.block_maxima`) whose maximum reaches the row's floor,
+and only those are read; they are held and merged into the lists once a tile's worth of
+scores is held, or at the block's end (one sort per merge, not per tile). The floor is a
+lower bound of what can still enter: a value that L distinct admissible scores seen so
+far reach (the L-th largest of block maxima, refreshed at tiles 1, 2, 4, 8, ..., the
+maxima of the tiles between pooled element-wise per block column, so that each pooled
+value is still a score of its own), and, once lists are merged, just above a full
+list's last score (the tiles come in index order, so on a tie the listed, lower index
+wins). Memory: O(Q * L) for the lists plus, per worker, one tile and under two tiles'
+worth of held scores (and their copy while merged). On CPU the query blocks
+are shared among the tile workers (:mod:`~vlr_plugins.eval._tile_workers`), each owning
+whole blocks, so nothing is merged across workers.
 
 Margin (false-negative guard). With ``margin`` set, a candidate with float32 score ``s``
 is kept only when ``s <= p - margin`` evaluated exactly (``p - margin`` in float64, then
@@ -167,6 +170,8 @@ class _Miner:
         self.blocks = blocks = max(MIN_BLOCKS, -(-depth // 16) * 16)
         rows = min(chunk_size or max(1, math.isqrt(budget)), max(1, budget // blocks))
         rows = max(1, min(rows, -(-self.n_queries // n_workers)))  # at least one block per worker
+        if chunk_size is None:  # evened out, so that the last block is not mostly padding
+            rows = -(-self.n_queries // -(-self.n_queries // rows))
         most = max(blocks, (budget // rows) // blocks * blocks)
         pieces = -(-self.n_gallery // most)
         self.rows, self.cols = rows, -(-(-(-self.n_gallery // pieces)) // blocks) * blocks
@@ -174,7 +179,9 @@ class _Miner:
         self.top_scores = torch.full((self.n_queries, depth), -_INF, device=device)
         self.top_idx = torch.full((self.n_queries, depth), -1, dtype=torch.long, device=device)
         self.ranks = torch.arange(depth, device=device)
-        self.lanes = torch.arange(8, device=device)
+        self.list_rows = torch.arange(self.rows, device=device).repeat_interleave(depth)
+        #: scores of read blocks held before they are merged into the lists (a tile's worth)
+        self.pending_elems = self.rows * self.cols
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         blocks = [torch.arange(a, min(a + self.rows, self.n_queries), device=self.device)
@@ -253,82 +260,83 @@ class _Miner:
         # the positives of each gallery tile: pos_rows/pos_cols[bounds[t]:bounds[t + 1]]
         starts = torch.arange(0, self.n_gallery + self.cols, self.cols, device=device)
         bounds = torch.searchsorted(pos_cols, starts).tolist()
-        up, lowest = torch.tensor(_INF, device=device), -torch.finfo(torch.float32).max
-        full = False
+        # the lists' floor: a later index enters only above a full list's last score (ties go
+        # to the lower index); -inf (positives, padding) never enters; padding rows: nothing
+        list_floor = torch.full((self.rows,), -torch.finfo(torch.float32).max, device=device)
+        list_floor[n_rows:] = _INF
+        # a lower bound of every row's depth-th best admissible score so far: the depth-th
+        # largest of `best` (depth scores of their own) and `pool` (the tiles' block maxima since,
+        # element-wise: each a score of its own block), refreshed at tiles 1, 2, 4, 8, ...
+        best = torch.full((self.rows, depth), -_INF, device=device)
+        pool = torch.full((self.rows, self.blocks), -_INF, device=device)
+        bound = list_floor
+        pending, held = [], 0
         for t, c0 in enumerate(range(0, self.n_gallery, self.cols)):
             tile, n = self.score(worker, slice(c0, min(c0 + self.cols, self.n_gallery)))
             # positives and the padding past the gallery's end never enter
-            mine = slice(bounds[t], bounds[t + 1])
-            if self.margin is not None:
-                seen[mine] = tile[pos_rows[mine], pos_cols[mine] - c0]
-            tile[pos_rows[mine], pos_cols[mine] - c0] = -_INF
+            if bounds[t] < bounds[t + 1]:
+                mine = slice(bounds[t], bounds[t + 1])
+                rows, cols = pos_rows[mine], pos_cols[mine] - c0
+                if self.margin is not None:
+                    seen[mine] = tile[rows, cols]
+                tile[rows, cols] = -_INF
             if n < self.cols:
                 tile[:, n:] = -_INF
-            # a later index enters only above the last score (ties go to the lower index)
-            floor = torch.nextafter(top_scores[:, -1], up)
-            floor[n_rows:] = _INF
-            if not full:
-                filling = top_scores[:n_rows, -1] == -_INF
-                full = not bool(filling.any())
-                if not full:
-                    first = self.first_floor(tile, ceiling).clamp_(min=lowest)
-                    floor[:n_rows] = torch.where(filling, first[:n_rows], floor[:n_rows])
-            self.merge(tile, c0, floor, ceiling, top_scores, top_idx)
+            maxima = self.block_maxima(tile)
+            admissible = maxima if self.margin is None else maxima.masked_fill(maxima > ceiling[:, None], -_INF)
+            torch.maximum(pool, admissible, out=pool)
+            if t & (t + 1) == 0:
+                best = torch.topk(torch.cat([best, pool], 1), depth, dim=1, sorted=False).values
+                pool.fill_(-_INF)
+                bound = best.amin(1)
+            floor = torch.maximum(bound, list_floor)
+            hit_rows, hit_blocks = (maxima >= floor[:, None]).nonzero(as_tuple=True)
+            if len(hit_rows):
+                values = tile.view(self.rows, -1, self.blocks)[hit_rows, :, hit_blocks]  # (H, members)
+                pending.append((hit_rows, hit_blocks + c0, values))
+                held += values.numel()
+            if held >= self.pending_elems:
+                self.merge(pending, floor, ceiling, top_scores, top_idx)
+                list_floor = torch.maximum(list_floor, torch.nextafter(top_scores[:, -1], floor.new_tensor(_INF)))
+                pending, held = [], 0
+        if pending:
+            self.merge(pending, floor, ceiling, top_scores, top_idx)
         self.top_scores[queries] = top_scores[:n_rows]
         self.top_idx[queries] = top_idx[:n_rows]
         if self.margin is not None and not torch.equal(seen, before):
             return queries[torch.unique(pos_rows[seen != before])]
         return None
 
-    def first_floor(self, tile: torch.Tensor, ceiling: torch.Tensor) -> torch.Tensor:
-        """(R,) at most every row's depth-th largest admissible score in this tile (-inf
-        where fewer exist): the depth-th largest of its blocks' maxima, once scores above
-        the ceiling are masked out of the tile (positives and padding are already; nothing
-        the merge keeps changes)."""
-        if self.margin is not None:
-            tile.masked_fill_(tile > ceiling[:, None], -_INF)
-        maxima = self.block_maxima(tile)
-        return torch.topk(maxima, self.depth, dim=1, sorted=False).values.amin(1)
-
     def block_maxima(self, tile: torch.Tensor) -> torch.Tensor:
         """(R, blocks) the maximum of each block of a tile row (block b: columns b,
         b + blocks, ...): an element-wise maximum of contiguous runs, 16 floats at a time."""
         return tile.view(self.rows, -1, self.blocks).amax(1)
 
-    def merge(self, tile, c0, floor, ceiling, top_scores, top_idx) -> None:
-        """The tile's scores in [floor, ceiling] of every row merged into the running
-        lists (score descending, then lower index)."""
-        hit = (self.block_maxima(tile) >= floor[:, None]).view(-1)
-        # the blocks above the floor: the nonzero 8-byte words of the mask first (hits are few)
-        words = hit.view(torch.int64).nonzero().squeeze(1)
-        if len(words) == 0:
-            return
-        flat = (words[:, None] * 8 + self.lanes).flatten()
-        flat = flat[hit[flat]]
-        hit_rows, hit_blocks = flat // self.blocks, flat % self.blocks
-        values = tile.view(self.rows, -1, self.blocks)[hit_rows, :, hit_blocks]  # (H, members)
-        mask = values >= floor[hit_rows, None]
+    def merge(self, pending, floor, ceiling, top_scores, top_idx) -> None:
+        """The pending blocks' scores in [floor, ceiling] of every row merged into the
+        running lists (score descending, then lower index). ``pending``: per tile, the
+        blocks read (rows, first gallery index, (H, members) scores)."""
+        rows, first, values = (torch.cat(part) for part in zip(*pending))
+        mask = values >= floor[rows, None]
         if self.margin is not None:
-            mask &= values <= ceiling[hit_rows, None]
+            mask &= values <= ceiling[rows, None]
         at, member = mask.nonzero(as_tuple=True)
-        local = hit_blocks[at] + member * self.blocks
-        rows, values = hit_rows[at], values[at, member]
+        rows, cols, values = rows[at], first[at] + member * self.blocks, values[at, member]
         # in (row, index) order, as the tie rule needs
-        order = torch.argsort(rows * self.cols + local)
-        rows, cols, values = rows[order], local[order] + c0, values[order]
+        order = torch.argsort(rows * self.n_gallery + cols)
+        rows, cols, values = rows[order], cols[order], values[order]
         depth = self.depth
-        touched, per_row = torch.unique_consecutive(rows, return_counts=True)
-        all_rows = torch.cat([touched.repeat_interleave(depth), rows])
-        all_values = torch.cat([top_scores[touched].flatten(), values])
-        all_idx = torch.cat([top_idx[touched].flatten(), cols])
+        all_rows = torch.cat([self.list_rows, rows])
+        all_values = torch.cat([top_scores.flatten(), values])
+        all_idx = torch.cat([top_idx.flatten(), cols])
         # one stable sort by (row, score descending): the lists (lower indices, in order) come
         # first and the candidates in index order, so equal keys stay in index order
         order = torch.argsort(all_rows * 2**32 - _ordered_bits(all_values), stable=True)
-        # row i of touched now holds depth + per_row[i] entries, of which the first depth stay
-        held = per_row + depth
+        # row i now holds depth + its candidates, of which the first depth stay
+        held = torch.bincount(rows, minlength=self.rows) + depth
         take = order[((torch.cumsum(held, 0) - held)[:, None] + self.ranks).flatten()]
-        top_scores[touched] = all_values[take].view(-1, depth)
-        top_idx[touched] = all_idx[take].view(-1, depth)
+        top_scores.copy_(all_values[take].view(-1, depth))
+        top_idx.copy_(all_idx[take].view(-1, depth))
 
 
 def _ordered_bits(values: torch.Tensor) -> torch.Tensor:
