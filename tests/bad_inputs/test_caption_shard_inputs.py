@@ -42,7 +42,8 @@ def _caption(*more: str) -> list[str]:
             "--no-progress", *more]
 
 
-_PART0, _PART1 = "{tmp}/.caps.jsonl.shards/part-00000-of-00002.jsonl", "{tmp}/.caps.jsonl.shards/part-00001-of-00002.jsonl"
+_PART0 = "{tmp}/.caps.jsonl.shards/part-00000-of-00002.jsonl"
+_PART1 = "{tmp}/.caps.jsonl.shards/part-00001-of-00002.jsonl"
 _MERGE = ["caption", "--merge-only", "--out", "{tmp}/caps.jsonl"]
 
 CASES = [
@@ -55,6 +56,8 @@ CASES = [
     ("shard: --out is a finished captions file", {"caps.jsonl": '{"id": "v0", "caption": "c"}\n'},
      _caption("--shard-index", "0", "--shard-count", "2", "--resume"), ["--out", "finished captions file",
                                                                          "--overwrite"]),
+    ("shard: its part is there, without --resume", {"p0": _part(0, rows=1)},
+     _caption("--shard-index", "0", "--shard-count", "2"), ["--resume", "shard 0 of 2", _PART0, "--overwrite"]),
     ("single process: parts of a sharded run are there", {"p0": _part(0)}, _caption(),
      ["--out", "{tmp}/.caps.jsonl.shards", "--merge-only"]),
     ("merge: parts of different settings", {"p0": _part(0), "p1": _part(1, model_dtype="bfloat16")}, _MERGE,
@@ -99,8 +102,9 @@ def test_sharded_caption_refuses(files, argv, where, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("env, argv, where", [
-    pytest.param({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, _caption("--shard-index", "0", "--shard-count", "2"),
-                 ["--shard-index", "rank 1 of 2", "torchrun"], id="torchrun rank and shard options disagree"),
+    pytest.param({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+                 _caption("--shard-index", "0", "--shard-count", "2"), ["--shard-index", "rank 1 of 2", "torchrun"],
+                 id="torchrun rank and shard options disagree"),
     pytest.param({"RANK": "2", "WORLD_SIZE": "2"}, _caption(), ["RANK", "0 .. 1", "found 2"],
                  id="torchrun rank outside the world"),
     pytest.param({"RANK": "one", "WORLD_SIZE": "2"}, _caption(), ["RANK", "'one'"], id="torchrun rank not a number"),

@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     job = None
     if shard is not None:
         job = CaptionShardJob(args.out, videos, *shard, args.batch_size)
-        job.check_out(overwrite=args.overwrite)
+        job.check_out(resume=args.resume, overwrite=args.overwrite)
     else:
         if os.path.exists(args.out) and not (args.resume or args.overwrite):
             raise OutputExistsError(f"--out: {args.out} exists; pass --resume to caption the videos it lacks, or "
