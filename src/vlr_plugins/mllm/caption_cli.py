@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from vlr_plugins._argtypes import at_least
+from vlr_plugins._argtypes import at_least, non_negative_int, positive_int
 from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
 __all__ = ["add_cli"]
@@ -36,11 +36,20 @@ def _videos(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from vlr_plugins._shards import local_rank, resolve_shard
     from vlr_plugins.errors import OutputExistsError, UsageError
     from vlr_plugins.mllm.caption_run import caption_videos
     from vlr_plugins.mllm.caption_settings import load_caption_settings
     from vlr_plugins.mllm.captions_file import CaptionsFile
 
+    if args.merge_only:
+        return _merge_only(args)
+    for flag, value in (("--model", args.model), ("--videos", args.videos)):
+        if value is None:
+            raise UsageError(flag, "is needed (only --merge-only goes without)")
+    shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
+    if shard is not None and args.device == "cuda" and local_rank() is not None:
+        args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
     if args.backend == "vllm":
         from vlr_plugins.mllm.vllm_backend import require_vllm
 
@@ -58,14 +67,27 @@ def _run(args: argparse.Namespace) -> int:
         settings = replace(settings, prompt=args.prompt)
     if os.path.isdir(args.out):
         raise OutputExistsError(f"--out: {args.out} is a folder; the captions go into a .jsonl file")
-    if os.path.exists(args.out) and not (args.resume or args.overwrite):
-        raise OutputExistsError(f"--out: {args.out} exists; pass --resume to caption the videos it lacks, or "
-                                f"--overwrite to start it over")
     if args.resume and args.overwrite:
         raise UsageError("--resume", "and --overwrite exclude each other")
+    from vlr_plugins.mllm.caption_shards import CaptionShardJob, parts_dir_of
+
+    job = None
+    if shard is not None:
+        job = CaptionShardJob(args.out, videos, *shard, args.batch_size)
+        job.check_out(resume=args.resume, overwrite=args.overwrite)
+    else:
+        if os.path.exists(args.out) and not (args.resume or args.overwrite):
+            raise OutputExistsError(f"--out: {args.out} exists; pass --resume to caption the videos it lacks, or "
+                                    f"--overwrite to start it over")
+        if parts_dir_of(args.out).exists():
+            raise UsageError("--out", f"{parts_dir_of(args.out)} holds the parts of a sharded run of {args.out}; "
+                                      "finish its shards (or vlr caption --merge-only --out), or remove that folder")
     captioner = _captioner(args, settings, folder)
     record = {"model": args.model, "model_dtype": _model_dtype_of(captioner, args.model_dtype),
               "backend": args.backend, **settings.describe()}
+    if job is not None:
+        return job.run(captioner, record, resume=args.resume, overwrite=args.overwrite, batch_size=args.batch_size,
+                       progress=not args.no_progress)
     with CaptionsFile(args.out, record, resume=args.resume, overwrite=args.overwrite, resume_flag="--resume",
                       overwrite_flag="--overwrite") as out:
         if out.cut_partial_line:
@@ -79,6 +101,21 @@ def _run(args: argparse.Namespace) -> int:
               f"again)")
         return 1
     return 0
+
+
+def _merge_only(args: argparse.Namespace) -> int:
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.mllm.caption_shards import merge_only
+
+    if args.shard_index is not None:
+        raise UsageError("--shard-index", "--merge-only merges the parts of every shard; drop --shard-index")
+    given = [flag for flag, value in (("--model", args.model), ("--videos", args.videos),
+                                      ("--benchmark", args.benchmark), ("--annotations", args.annotations))
+             if value is not None]
+    if given:
+        raise UsageError(given[0], "--merge-only merges the parts the shards wrote, with the settings they "
+                                   "recorded; it takes --out (and --shard-count) only")
+    return merge_only(args.out, args.shard_count)
 
 
 def _model_dtype_of(captioner: Any, asked: str) -> str:
@@ -129,12 +166,16 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
                     "MLLM: the prompt, frames and generation arguments come from --settings (data: a "
                     "shipped name or a YAML file). Each caption is appended to --out as soon as it is "
                     "made; a rerun with --resume captions only the videos the file lacks (a killed run "
-                    "loses at most the batch in flight). docs/capst.md.")
-    s.add_argument("--model", required=True,
-                   help="a chat MLLM: folder or Hub id (Qwen2-VL, a CaRe stage-I folder, a `vlr` MLLM export)")
+                    "loses at most the batch in flight). Sharded: --shard-index I --shard-count N (a "
+                    "SLURM array), or under torchrun each rank by itself, captions its share into a part "
+                    "in .OUT.shards/ (resumably); the last shard to finish merges the parts into OUT, "
+                    "byte for byte what one process writes; --merge-only --out OUT merges them. "
+                    "docs/capst.md.")
+    s.add_argument("--model",
+                   help="(needed) a chat MLLM: folder or Hub id (Qwen2-VL, a CaRe stage-I folder, a `vlr` MLLM export)")
     s.add_argument("--benchmark", help="carebench (with --annotations); default: every video in --videos")
     s.add_argument("--annotations", help="CaReBench's json/metadata.json")
-    s.add_argument("--videos", required=True, help="the folder holding the videos")
+    s.add_argument("--videos", help="(needed) the folder holding the videos")
     s.add_argument("--settings", default="carebench",
                    help="captioning settings: carebench (Table 2: 32 frames, greedy), care_stage1, or a YAML file")
     s.add_argument("--prompt", help="the instruction (default: the settings', 'Describe the video in detail.')")
@@ -148,5 +189,11 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     add_model_dtype_option(s, "--dtype")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--shard-index", type=non_negative_int,
+                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it captions a contiguous "
+                        "share of the videos into its own part; under torchrun each rank takes its shard by itself")
+    s.add_argument("--shard-count", type=positive_int, help="the shards of the job array (with --shard-index)")
+    s.add_argument("--merge-only", action="store_true",
+                   help="merge the parts of finished shards into --out (the last shard to finish does it itself)")
     s.set_defaults(fn=_run)
     return s
