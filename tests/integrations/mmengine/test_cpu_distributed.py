@@ -1,0 +1,133 @@
+"""``vlr train paragraph/c5`` under ``torchrun --nproc_per_node 2`` on CPU processes (gloo),
+end to end, against one process with the same global batch and seed.
+
+What makes the runs comparable: the recipe's ``train.batch_size`` (16) is the global batch
+(8 per rank), MMEngine's ``DefaultSampler`` draws one permutation of the samples from the
+recipe's seed and the epoch, whatever the world size, and rank ``r`` takes its positions
+``r, r + 2, ...``; the tiny world has 48 samples (a multiple of the world size, so the
+sampler repeats none), so global batch ``i`` holds the same 16 samples in both runs, only in
+another order. The text encoder has no dropout (its masks would be drawn per rank).
+``MultiPositiveInfoNCELoss`` gathers both ranks' embeddings (with gradient), every rank
+computes the global loss and DDP averages the gradients, so each step is the one-process
+step up to the order of float additions (a batch in another order, the gathered sums):
+that, compounded over six AdamW steps, is all the 1e-5 tolerance covers. Per step the
+logged losses agree too, which a different global batch would break.
+
+The resume case starts a two-process run from what a run killed during epoch 2 leaves on
+disk (its epoch-1 checkpoint, named by ``last_checkpoint``) and ends where the
+uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mmengine")
+
+import torch.distributed as dist  # noqa: E402
+
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip(f"torch {torch.__version__} has no gloo backend: no CPU process group for torchrun",
+                allow_module_level=True)
+
+SRC = str(Path(__file__).resolve().parents[3] / "src")
+TOL = 1e-5
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               CUDA_VISIBLE_DEVICES="")  # CPU processes, also where a GPU is present
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _recipe(tmp: Path, tiny_world: dict, tiny_encoder_cfg: dict) -> Path:
+    from vlr_plugins.recipe import find_recipe
+
+    model = json.loads(json.dumps(tiny_encoder_cfg))
+    model["config"].update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    path = tmp / "tiny_c5.yaml"
+    path.write_text(f"_base_: {json.dumps(str(find_recipe('paragraph/c5')))}\n"
+                    f"model: {json.dumps(model)}\n"
+                    "train: {batch_size: 16, epochs: 2, warmup_steps: 2, lr: 0.001, num_workers: 0, "
+                    "log_interval: 1}\n")
+    return path
+
+
+def _train(recipe: Path, tiny_world: dict, work: Path, *, processes: int, resume: bool = False) -> str | None:
+    """``vlr train`` of ``recipe`` into ``work``: in this process (``vlr``'s own ``main``) for
+    one process, else under ``torchrun --standalone`` (a local rendezvous on a free port)."""
+    args = ["train", str(recipe), "--train", tiny_world["train"], "--image-embeddings",
+            tiny_world["image_embeddings"], "--work-dir", str(work), *(["--resume"] if resume else [])]
+    if processes == 1:
+        import logging
+
+        from vlr_plugins.cli import main
+
+        assert main(args) == 0
+        logging.getLogger("mmengine").handlers.clear()
+        return None
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+            "-m", "vlr_plugins.cli", *args, "--launcher", "pytorch"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    return out.stdout
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _losses(work: Path) -> list[float]:
+    (scalars,) = work.glob("*/vis_data/scalars.json")
+    return [json.loads(line)["loss"] for line in scalars.read_text().splitlines() if '"loss"' in line]
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_world, tiny_encoder_cfg):
+    tmp = tmp_path_factory.mktemp("ddp")
+    recipe = _recipe(tmp, tiny_world, tiny_encoder_cfg)
+    one, two = tmp / "one", tmp / "two"
+    _train(recipe, tiny_world, one, processes=1)
+    stdout = _train(recipe, tiny_world, two, processes=2)
+    return {"tmp": tmp, "recipe": recipe, "one": one, "two": two, "stdout": stdout}
+
+
+def test_two_processes_end_where_one_process_ends(runs):
+    one, two = runs["one"], runs["two"]
+    # rank 0 alone reports; the checkpoint is the last one
+    assert runs["stdout"].count("training C5 on 48 samples") == 1
+    assert runs["stdout"].count("checkpoint: ") == 1 and "epoch_2.pth" in runs["stdout"]
+    final_one, final_two = _weights(one / "epoch_2.pth"), _weights(two / "epoch_2.pth")
+    # training moved the weights far beyond the tolerance, so equality is not trivial
+    assert _max_diff(_weights(one / "epoch_1.pth"), final_one) > 100 * TOL
+    assert _max_diff(final_one, final_two) < TOL
+    # the same global batch at every step: the same loss (the gathered one on each rank)
+    l1, l2 = _losses(one), _losses(two)
+    assert len(l1) == len(l2) == 2 * 48 // 16
+    assert l1 == pytest.approx(l2, abs=TOL)
+
+
+def test_resumed_two_process_run_ends_where_the_uninterrupted_one_does(runs, tiny_world):
+    # what a run killed during epoch 2 leaves: the epoch-1 checkpoint, named by last_checkpoint
+    killed = runs["tmp"] / "killed"
+    killed.mkdir()
+    shutil.copy(runs["two"] / "epoch_1.pth", killed / "epoch_1.pth")
+    (killed / "last_checkpoint").write_text(str(killed / "epoch_1.pth"))
+    stdout = _train(runs["recipe"], tiny_world, killed, processes=2, resume=True)
+    assert "epoch_2.pth" in stdout
+    assert _losses(killed) == pytest.approx(_losses(runs["two"])[3:], abs=TOL)  # epoch 2's steps
+    assert _max_diff(_weights(killed / "epoch_2.pth"), _weights(runs["two"] / "epoch_2.pth")) < TOL
