@@ -131,3 +131,47 @@ def test_resumed_two_process_run_ends_where_the_uninterrupted_one_does(runs, tin
     assert "epoch_2.pth" in stdout
     assert _losses(killed) == pytest.approx(_losses(runs["two"])[3:], abs=TOL)  # epoch 2's steps
     assert _max_diff(_weights(killed / "epoch_2.pth"), _weights(runs["two"] / "epoch_2.pth")) < TOL
+
+
+# --- the two pieces, on their own ----------------------------------------------------------
+
+
+def _wrapped_step(rank: int) -> dict:
+    from vlr_plugins.integrations.mmengine.cpu_distributed import CpuCapableDistributedDataParallel
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    # device_ids as MMEngine passes them to every DDP subclass: refused by DDP for a CPU module
+    model = CpuCapableDistributedDataParallel(layer, device_ids=[rank], broadcast_buffers=False)
+    x = torch.full((1, 3), float(rank + 1))
+    model(x).sum().backward()
+    return {"grad": layer.weight.grad.clone(), "device_ids": model.device_ids}
+
+
+def test_the_wrapper_averages_gradients_of_cpu_modules(tmp_path):
+    from _gloo import run_on_ranks
+
+    results = run_on_ranks(_wrapped_step, 2, tmp_path)
+    # d(sum(W x + b))/dW = one row of x per output; the mean over ranks of x = 1 and x = 2
+    expected = torch.full((2, 3), 1.5)
+    for r in results:
+        assert r["device_ids"] is None
+        assert torch.allclose(r["grad"], expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_process_group_is_left_to_mmengine_unless_cpu_torchrun():
+    from vlr_plugins.errors import ConfigError
+    from vlr_plugins.integrations.mmengine.cpu_distributed import cpu_model_wrapper_cfg, init_cpu_process_group
+
+    assert init_cpu_process_group("none", {}) is False
+    assert init_cpu_process_group("slurm", {}) is False
+    with pytest.raises(ConfigError, match="env_cfg.dist_cfg.backend: nccl needs a CUDA device"):
+        init_cpu_process_group("pytorch", {"dist_cfg": {"backend": "nccl"}})
+    assert not dist.is_initialized()
+    named = {"type": "MMDistributedDataParallel"}
+    assert cpu_model_wrapper_cfg(named, True, False) is named
+    assert cpu_model_wrapper_cfg(None, False, False) is None
+    assert cpu_model_wrapper_cfg(None, True, True) == {
+        "type": "vlr_plugins.CpuCapableDistributedDataParallel", "broadcast_buffers": False,
+        "find_unused_parameters": True}
