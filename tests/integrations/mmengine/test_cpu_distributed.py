@@ -13,8 +13,9 @@ step up to the order of float additions (a batch in another order, the gathered 
 that, compounded over six AdamW steps, is all the 1e-5 tolerance covers. Per step the
 logged losses agree too, which a different global batch would break.
 
-The resume case starts a two-process run from what a run killed during epoch 2 leaves on
-disk (its epoch-1 checkpoint, named by ``last_checkpoint``) and ends where the
+The resume case: a two-process run dies after its sixth step, before its epoch-2
+checkpoint (a folder stands where rank 0 would write it; torchrun then stops both ranks),
+and ``--resume`` under torchrun continues from epoch 1's checkpoint to where the
 uninterrupted run ends.
 """
 
@@ -63,7 +64,8 @@ def _recipe(tmp: Path, tiny_world: dict, tiny_encoder_cfg: dict) -> Path:
     return path
 
 
-def _train(recipe: Path, tiny_world: dict, work: Path, *, processes: int, resume: bool = False) -> str | None:
+def _train(recipe: Path, tiny_world: dict, work: Path, *, processes: int, resume: bool = False,
+           fails: bool = False) -> str | None:
     """``vlr train`` of ``recipe`` into ``work`` on the CPU: in this process (``vlr``'s own
     ``main``) for one process where no GPU is visible, else in a fresh interpreter with none
     visible, under ``torchrun --standalone`` (a local rendezvous on a free port) for several."""
@@ -82,17 +84,19 @@ def _train(recipe: Path, tiny_world: dict, work: Path, *, processes: int, resume
         argv[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
         argv.extend(["--launcher", "pytorch"])
     out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=240)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    return out.stdout
+    assert (out.returncode != 0) == fails, out.stdout[-3000:] + out.stderr[-5000:]
+    return out.stdout + out.stderr if fails else out.stdout
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
-def _losses(work: Path) -> list[float]:
-    (scalars,) = work.glob("*/vis_data/scalars.json")
-    return [json.loads(line)["loss"] for line in scalars.read_text().splitlines() if '"loss"' in line]
+def _losses(where: Path) -> list[float]:
+    """The loss logged at each step: of a run's ``scalars.json``, or of a work dir's only run."""
+    if where.is_dir():
+        (where,) = where.glob("*/vis_data/scalars.json")
+    return [json.loads(line)["loss"] for line in where.read_text().splitlines() if '"loss"' in line]
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -126,14 +130,19 @@ def test_two_processes_end_where_one_process_ends(runs):
 
 
 def test_resumed_two_process_run_ends_where_the_uninterrupted_one_does(runs, tiny_world):
-    # what a run killed during epoch 2 leaves: the epoch-1 checkpoint, named by last_checkpoint
+    # a two-process run that dies after its sixth step: rank 0 cannot write epoch_2.pth (a
+    # folder is in the way), so torchrun stops every rank with epoch 1's checkpoint the last
     killed = runs["tmp"] / "killed"
-    killed.mkdir()
-    shutil.copy(runs["two"] / "epoch_1.pth", killed / "epoch_1.pth")
-    (killed / "last_checkpoint").write_text(str(killed / "epoch_1.pth"))
+    (killed / "epoch_2.pth").mkdir(parents=True)
+    log = _train(runs["recipe"], tiny_world, killed, processes=2, fails=True)
+    assert "IsADirectoryError" in log and "epoch_2.pth" in log
+    assert (killed / "last_checkpoint").read_text().strip() == str(killed / "epoch_1.pth")
+    (killed / "epoch_2.pth").rmdir()
     stdout = _train(runs["recipe"], tiny_world, killed, processes=2, resume=True)
-    assert "epoch_2.pth" in stdout
-    assert _losses(killed) == pytest.approx(_losses(runs["two"])[3:], abs=TOL)  # epoch 2's steps
+    assert f"checkpoint: {killed / 'epoch_2.pth'}" in stdout
+    died, resumed = sorted(killed.glob("*/vis_data/scalars.json"))  # the killed run's log, then the resumed's
+    assert len(_losses(died)) == 6
+    assert _losses(resumed) == pytest.approx(_losses(runs["two"])[3:], abs=TOL)  # epoch 2's steps again
     assert _max_diff(_weights(killed / "epoch_2.pth"), _weights(runs["two"] / "epoch_2.pth")) < TOL
 
 
