@@ -169,7 +169,7 @@ def test_the_wrapper_takes_a_cpu_module_with_mmengines_device_ids(tmp_path):
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path (MMEngine finds a GPU)")
 def test_process_group_is_left_to_mmengine_unless_cpu_torchrun():
     from vlr_plugins.errors import ConfigError
     from vlr_plugins.integrations.mmengine.cpu_distributed import cpu_model_wrapper_cfg, init_cpu_process_group

@@ -9,15 +9,16 @@ fills both gaps where MMEngine leaves them open, and only there:
 
 - :func:`init_cpu_process_group` starts the process group itself (``env://``, from the
   variables torchrun sets, with the config's ``env_cfg.dist_cfg``: backend, timeout)
-  before MMEngine's ``setup_env`` runs, when the launcher is ``pytorch`` and no CUDA device
-  is visible; MMEngine then finds the group started and skips ``init_dist``;
+  before MMEngine's ``setup_env`` runs, when the launcher is ``pytorch`` and MMEngine's
+  device is the CPU (no CUDA, NPU, MLU or MPS device visible); MMEngine then finds the
+  group started and skips ``init_dist``;
 - :class:`CpuCapableDistributedDataParallel` (registered in ``MODEL_WRAPPERS``) is
   MMEngine's ``MMDistributedDataParallel`` that drops ``device_ids`` / ``output_device``
   when the module's parameters are on the CPU (DDP's own CPU mode), and passes them on
   otherwise; :func:`cpu_model_wrapper_cfg` makes it the wrapper of a CPU run that names
   none.
 
-With a GPU per process nothing changes: MMEngine's own path runs.
+With an accelerator per process nothing changes: MMEngine's own path runs.
 """
 
 from __future__ import annotations
@@ -51,13 +52,16 @@ class CpuCapableDistributedDataParallel(MMDistributedDataParallel):
 
 
 def _cpu_run() -> bool:
-    return not torch.cuda.is_available()
+    """The processes train on the CPU: MMEngine's device is (no CUDA, NPU, MLU or MPS one)."""
+    from mmengine.device import get_device
+
+    return get_device() == "cpu"
 
 
 def init_cpu_process_group(launcher: str, env_cfg: dict | None) -> bool:
     """Start the process group of a ``pytorch``-launched (torchrun) run on CPU processes,
     as MMEngine would but without ``torch.cuda.set_device``; ``True`` if it did. Nothing
-    happens with another launcher, with a CUDA device visible, or when a group exists."""
+    happens with another launcher, with an accelerator visible, or when a group exists."""
     if launcher != "pytorch" or not _cpu_run() or not dist.is_available() or dist.is_initialized():
         return False
     kwargs = dict((env_cfg or {}).get("dist_cfg") or {})
