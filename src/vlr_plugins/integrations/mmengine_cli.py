@@ -147,13 +147,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         inputs = plan.check_inputs()
         with nothing_left_on_failure(plan.work_dir):
             runner = build_runner(plan.cfg, verbose=args.verbose)  # Runner, or the recipe's FlexibleRunner
-            print(f"{plan.banner(inputs)}; full log: {os.path.join(runner.log_dir, runner.timestamp + '.log')}",
-                  flush=True)
+            main_process = runner.rank == 0  # under torchrun every rank runs this; rank 0 speaks
+            if main_process:
+                print(f"{plan.banner(inputs)}; full log: {os.path.join(runner.log_dir, runner.timestamp + '.log')}",
+                      flush=True)
             runner.train()
             if plan.test:
                 runner.test()
     last = os.path.join(plan.work_dir, "last_checkpoint")
-    if plan.report_checkpoint and os.path.isfile(last):
+    if plan.report_checkpoint and main_process and os.path.isfile(last):
         with open(last, encoding="utf-8") as f:
             print(f"checkpoint: {f.read().strip()}")
     return 0

@@ -70,6 +70,12 @@ THIRD_PARTY_WARNINGS: tuple[Notice, ...] = (
            "peft.PeftModel.__init__ (``getattr(model, 'is_gradient_checkpointing', True)``) as every LoRA "
            "run (E5-V, ``model.finetune: lora``) wraps its model",
            FutureWarning),
+    Notice(r"`broadcast_buffers` is deprecated\. Use `forward_sync_buffers` instead\.",
+           r"mmengine\.model\.wrappers\.distributed",
+           "MMDistributedDataParallel.__init__ passes MMEngine's default broadcast_buffers=False (every "
+           "distributed Runner, and cpu_distributed's wrapper on CPU processes) to torch's "
+           "DistributedDataParallel, which deprecates it from torch 2.14",
+           FutureWarning),
 )
 #: INFO lines worth a console: the logger hook's progress and metrics, checkpoints
 PROGRESS: tuple[str, ...] = (
@@ -147,8 +153,23 @@ def _ours(base: type, console: ConsoleFilter | None, setup_env: str) -> type:
         getattr(super(cls, self), setup_env)(*args, **kwargs)
         self._timestamp = claim_timestamp(self._work_dir, self._timestamp)
 
+    methods = {"build_logger": build_logger, setup_env: setup, "__module__": __name__}
+    if setup_env == "setup_env":  # a Runner: torchrun on CPU processes too (cpu_distributed)
+        from vlr_plugins.integrations.mmengine.cpu_distributed import cpu_model_wrapper_cfg, init_cpu_process_group
+
+        def runner_setup(self: Any, env_cfg: dict) -> None:
+            if self.distributed:
+                init_cpu_process_group(self.launcher, env_cfg)
+            setup(self, env_cfg)
+
+        def wrap_model(self: Any, model_wrapper_cfg: dict | None, model: Any) -> Any:
+            wrapper = cpu_model_wrapper_cfg(model_wrapper_cfg, self.distributed,
+                                            self.cfg.get("find_unused_parameters", False))
+            return super(cls, self).wrap_model(wrapper, model)
+
+        methods.update(setup_env=runner_setup, wrap_model=wrap_model)
     # the same name: FlexibleRunner.build_strategy recognizes DeepSpeedStrategy by its class name
-    cls = type(base.__name__, (base,), {"build_logger": build_logger, setup_env: setup, "__module__": __name__})
+    cls = type(base.__name__, (base,), methods)
     return cls
 
 
