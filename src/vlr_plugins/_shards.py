@@ -16,12 +16,16 @@ Framework-free (imports neither torch nor an application): any layer may import 
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from vlr_plugins.errors import UsageError
 
-__all__ = ["check_shard_options", "local_rank", "resolve_shard", "shard_range", "torchrun_shard"]
+__all__ = ["add_shard_options", "check_shard_options", "local_rank", "merge_count", "parts_by_count", "resolve_shard",
+           "shard_range", "torchrun_shard"]
 
 
 def shard_range(n: int, index: int, count: int, *, align: int = 1) -> tuple[int, int]:
@@ -96,3 +100,44 @@ def resolve_shard(index: int | None, count: int | None,
     if ranked is not None and ranked[1] > 1:
         return ranked
     return None
+
+
+def add_shard_options(parser: argparse.ArgumentParser, work: str, count_help: str = "the shards of the job array "
+                      "(with --shard-index)", merge_help: str = "merge the parts of finished shards into --out (the "
+                      "last shard to finish does it itself)") -> None:
+    """``--shard-index``, ``--shard-count`` and ``--merge-only`` of a command that scales out;
+    ``work``: what a shard does with its share (e.g. "encodes a contiguous share of the items
+    into its own part")."""
+    from vlr_plugins._argtypes import non_negative_int, positive_int
+
+    parser.add_argument("--shard-index", type=non_negative_int,
+                        help=f"this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it {work}")
+    parser.add_argument("--shard-count", type=positive_int, help=count_help)
+    parser.add_argument("--merge-only", action="store_true", help=merge_help)
+
+
+def parts_by_count(folder: Path, pattern: re.Pattern[str]) -> dict[int, list[str]]:
+    """Shard count -> the names in ``folder`` that ``pattern`` matches (its group 2: the count)."""
+    found: dict[int, list[str]] = {}
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            m = pattern.match(entry.name)
+            if m:
+                found.setdefault(int(m[2]), []).append(entry.name)
+    return found
+
+
+def merge_count(found: dict[int, list[str]], count: int | None, folder: Path, out: object) -> int:
+    """The shard count ``--merge-only`` merges: ``count`` when parts of it are in ``folder``, else
+    the one count found; a UsageError for none, several without ``count``, or another ``count``."""
+    if not found:
+        raise UsageError("--merge-only", f"no parts of {out} to merge: {folder} does not exist or holds none")
+    if count is None:
+        if len(found) > 1:
+            raise UsageError("--shard-count", f"{folder} holds parts of runs with {' and '.join(map(str, found))} "
+                                              "shards; pass the --shard-count of the run to merge")
+        return next(iter(found))
+    if count not in found:
+        raise UsageError("--shard-count", f"{count}, but the parts in {folder} are of a run with "
+                                          f"{', '.join(map(str, found))} shards ({found[next(iter(found))][0]})")
+    return count

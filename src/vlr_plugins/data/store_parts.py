@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins._shards import parts_by_count
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter
 from vlr_plugins.data.resumable_store import (
     ResumableEmbeddingStoreWriter,
@@ -100,13 +101,7 @@ class Parts:
 
     def counts_found(self) -> dict[int, list[str]]:
         """Shard count -> the names of the parts of that count in the work folder."""
-        found: dict[int, list[str]] = {}
-        if self.dir.is_dir():
-            for entry in sorted(self.dir.iterdir()):
-                m = _PART.match(entry.name)
-                if m:
-                    found.setdefault(int(m[2]), []).append(entry.name)
-        return found
+        return parts_by_count(self.dir, _PART)
 
     def settings(self, index: int) -> dict[str, Any] | None:
         """Part ``index``'s dim, dtype and meta (finished or not), or None when it has none yet."""

@@ -239,6 +239,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
 def add_cli(sub: Any) -> None:
     """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
     from vlr_plugins._merge_claim import DEFAULT_CLAIM_TIMEOUT
+    from vlr_plugins._shards import add_shard_options
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     s = sub.add_parser(
@@ -290,12 +291,10 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     s.add_argument("--batch-size", type=positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
-    s.add_argument("--shard-index", type=non_negative_int,
-                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it mines a contiguous "
-                        "range of the queries against the whole gallery into a part beside --out")
-    s.add_argument("--shard-count", type=positive_int, help="the processes of the job array")
-    s.add_argument("--merge-only", action="store_true",
-                   help="write --out from the parts of a sharded run (the last shard to finish does it itself)")
+    add_shard_options(s, "mines a contiguous range of the queries against the whole gallery into a part beside "
+                         "--out", count_help="the processes of the job array",
+                      merge_help="write --out from the parts of a sharded run (the last shard to finish does it "
+                                 "itself)")
     s.add_argument("--claim-timeout", type=at_least(0.0, float), default=DEFAULT_CLAIM_TIMEOUT, metavar="SECONDS",
                    help="a merge claim older than this is taken over even when its holder cannot be shown gone "
                         f"(another host); one whose pid ended on this host is taken over at once (default "

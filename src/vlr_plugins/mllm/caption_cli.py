@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from vlr_plugins._argtypes import at_least, non_negative_int, positive_int
+from vlr_plugins._argtypes import at_least
 from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
 __all__ = ["add_cli"]
@@ -160,6 +160,8 @@ def _captioner(args: argparse.Namespace, settings: Any, folder: str) -> Any:
 
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr caption`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
+    from vlr_plugins._shards import add_shard_options
+
     s = subparsers.add_parser(
         "caption", help="a detailed caption of every video by a chat MLLM (CaReBench captioning, for `vlr capst`)",
         description="Caption every video of a benchmark (or every video file in a folder) with a chat "
@@ -189,11 +191,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     add_model_dtype_option(s, "--dtype")
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s.add_argument("--shard-index", type=non_negative_int,
-                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it captions a contiguous "
-                        "share of the videos into its own part; under torchrun each rank takes its shard by itself")
-    s.add_argument("--shard-count", type=positive_int, help="the shards of the job array (with --shard-index)")
-    s.add_argument("--merge-only", action="store_true",
-                   help="merge the parts of finished shards into --out (the last shard to finish does it itself)")
+    add_shard_options(s, "captions a contiguous share of the videos into its own "
+                         "part; under torchrun each rank takes its shard by itself")
     s.set_defaults(fn=_run)
     return s

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins._shards import shard_range
+from vlr_plugins._shards import merge_count, shard_range
 from vlr_plugins.errors import UsageError
 from vlr_plugins.mllm.captions_file import failures_path_of
 from vlr_plugins.mllm.captions_parts import SHARD_KEY, CaptionParts, caption_inputs_digest, parts_dir_of
@@ -138,16 +138,6 @@ def _merge(parts: CaptionParts, count: int, *, who: str, force: bool) -> int:
 def merge_only(out: str | os.PathLike[str], count: int | None) -> int:
     """``--merge-only``: merge the parts of every shard, refusing a missing or mismatched one."""
     parts = CaptionParts(out, count)
-    found = parts.counts_found()
-    if not found:
-        raise UsageError("--merge-only", f"no parts of {out} to merge: {parts.dir} does not exist or holds none")
-    if count is None:
-        if len(found) > 1:
-            raise UsageError("--shard-count", f"{parts.dir} holds parts of runs with {' and '.join(map(str, found))} "
-                                              "shards; pass the --shard-count of the run to merge")
-        count = next(iter(found))
-    elif count not in found:
-        raise UsageError("--shard-count", f"{count}, but the parts in {parts.dir} are of a run with "
-                                          f"{', '.join(map(str, found))} shards ({found[next(iter(found))][0]})")
+    count = merge_count(parts.counts_found(), count, parts.dir, out)
     parts.count = count
     return _merge(parts, count, who="--merge-only", force=True)

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins._shards import shard_range
+from vlr_plugins._shards import parts_by_count, shard_range
 from vlr_plugins.errors import DataFormatError, UsageError
 from vlr_plugins.mllm.captions_file import failures_path_of, settings_path_of
 
@@ -106,13 +106,7 @@ class CaptionParts:
 
     def counts_found(self) -> dict[int, list[str]]:
         """Shard count -> the names of the part files of that count in the work folder."""
-        found: dict[int, list[str]] = {}
-        if self.dir.is_dir():
-            for entry in sorted(self.dir.iterdir()):
-                m = _PART.match(entry.name)
-                if m:
-                    found.setdefault(int(m[2]), []).append(entry.name)
-        return found
+        return parts_by_count(self.dir, _PART)
 
     def record(self, index: int, count: int | None = None) -> dict[str, Any] | None:
         path = settings_path_of(self.part(index, count))

@@ -157,6 +157,7 @@ def _merge_only(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     """Add ``vlr precompute`` to the ``vlr`` command's subparsers."""
+    from vlr_plugins._shards import add_shard_options
     from vlr_plugins.data.video import VIDEO_BACKENDS
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
     from vlr_plugins.precompute.videos import VIDEO_SAMPLERS
@@ -218,10 +219,6 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--resume", action="store_true",
                    help="keep the videos a killed run (or an earlier store) already holds and add the rest")
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (start over)")
-    s.add_argument("--shard-index", type=non_negative_int,
-                   help="this process' shard of a job array (e.g. $SLURM_ARRAY_TASK_ID): it encodes a contiguous "
-                        "share of the items into its own part; under torchrun each rank takes its shard by itself")
-    s.add_argument("--shard-count", type=positive_int, help="the shards of the job array (with --shard-index)")
-    s.add_argument("--merge-only", action="store_true",
-                   help="merge the parts of finished shards into --out (the last shard to finish does it itself)")
+    add_shard_options(s, "encodes a contiguous share of the items into its own part; "
+                         "under torchrun each rank takes its shard by itself")
     s.set_defaults(fn=cmd_precompute)
