@@ -49,25 +49,9 @@ def image_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_blip(tmp_path_factory) -> Path:
-    from transformers import BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor
+    from _tiny_blip import save_tiny_blip
 
-    config = BlipConfig(
-        text_config=dict(
-            vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-            num_attention_heads=2, max_position_embeddings=64, bos_token_id=1, sep_token_id=3,
-        ),
-        # BLIP's vision default initializer_range (1e-10) would make every image look alike
-        vision_config=dict(
-            hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
-            image_size=32, patch_size=16, initializer_range=0.02,
-        ),
-        image_text_hidden_size=16,
-    )
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny-blip")
-    BlipForImageTextRetrieval(config).save_pretrained(out)
-    BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(out)
-    return out
+    return save_tiny_blip(tmp_path_factory.mktemp("tiny-blip"))
 
 
 def _rgb(path: Path):
