@@ -99,6 +99,31 @@ def test_checkpoints_load_weights_only_and_training_resumes(tiny_world, tiny_enc
     assert len(resumed.message_hub.get_scalar("train/loss").data[0]) == 3 * iters_per_epoch
 
 
+@pytest.mark.parametrize("warmup_steps", [0, 1, 3])
+def test_the_lr_reaches_its_peak_after_the_warmup(tiny_world, tiny_encoder_cfg, tmp_path, warmup_steps):
+    """MMEngine's own schedulers, stepped as the runner steps them: the lr is the recipe's peak at
+    step max(warmup_steps - 1, 0) (a one-step warm-up is none; LinearLR(end=1) would keep the
+    start factor for the whole run)."""
+    from mmengine.optim.scheduler import CosineAnnealingLR, LinearLR
+
+    recipe = recipe_for("paragraph/c1", tiny_world, tiny_encoder_cfg, epochs=2, warmup_steps=warmup_steps,
+                        batch_size=16)
+    cfg = recipe_to_mmengine_config(recipe, str(tmp_path))
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=recipe.train.lr)
+    kinds = {"LinearLR": LinearLR, "CosineAnnealingLR": CosineAnnealingLR}
+    schedulers = [kinds[c["type"]](optimizer, **{k: v for k, v in c.items() if k != "type"})
+                  for c in cfg["param_scheduler"]]
+    lrs = []
+    for _ in range(max(warmup_steps, 1) + 1):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        for scheduler in schedulers:
+            scheduler.step()
+    assert max(lrs) == pytest.approx(recipe.train.lr, rel=1e-6)
+    assert lrs[max(warmup_steps - 1, 0)] == pytest.approx(recipe.train.lr, rel=1e-6)
+
+
 def test_schedule_is_warmup_then_cosine_in_iterations(tiny_world, tiny_encoder_cfg, tmp_path):
     recipe = recipe_for("paragraph/c1", tiny_world, tiny_encoder_cfg, epochs=2, warmup_steps=2, batch_size=16)
     cfg = recipe_to_mmengine_config(recipe, str(tmp_path))

@@ -129,7 +129,10 @@ def schedulers(recipe: Recipe, total_iters: int, iters_per_epoch: int) -> list[d
     t = recipe.train
     warmup = min(t.warmup_epochs * iters_per_epoch if t.warmup_epochs else t.warmup_steps, total_iters)
     out: list[dict] = []
-    if warmup > 0:
+    # MMEngine's LinearLR reaches the base lr at step end - 1 (0.001, 0.334, 0.667, 1.0 for
+    # end = 4), so a warm-up of one step is none: LinearLR(end=1) would hold the start factor
+    # for the whole run (it never steps again)
+    if warmup > 1:
         out.append(dict(type="LinearLR", start_factor=t.warmup_start_factor, by_epoch=False,
                         begin=0, end=warmup))
     if t.schedule == "cosine" and warmup < total_iters:
