@@ -208,9 +208,9 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             positive = tile[local_owner, matrix.arange(t1 - t0)]
             if channel.direction == "t2i":
                 threshold, q, dim = positive, slice(t0, t1), 0
-            else:  # a NaN key (a score <= 0 under the dual softmax) is behind every finite one
+            else:
                 threshold = torch.full((a1 - a0,), -_INF, device=device).scatter_reduce_(
-                    0, local_owner, positive if channel.keys is None else _nan_behind(positive), "amax")
+                    0, local_owner, positive, "amax")
                 q, dim = slice(a0, a1), 1
             channel.threshold[q] = threshold
             compared = threshold if dim == 0 else threshold[:, None]
@@ -280,11 +280,6 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     if pair_ranks:
         return (*found, pairs[0])
     return tuple(found)
-
-
-def _nan_behind(keys: torch.Tensor) -> torch.Tensor:
-    """``keys`` with NaN as -inf (behind every other key, as no comparison puts NaN ahead)."""
-    return torch.where(torch.isnan(keys), -_INF, keys)
 
 
 def _aligned_up(k: int) -> int:

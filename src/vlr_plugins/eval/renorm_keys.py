@@ -34,7 +34,6 @@ import torch
 __all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys", "uniform_", "with_slack"]
 
 _LN2 = math.log(2.0)
-_INF = float("inf")
 #: the least magnitude of a positive's dual-softmax key that serves as a float32 threshold
 _SAFE_KEY = 2.0 ** -100
 
