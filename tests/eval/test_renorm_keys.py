@@ -32,6 +32,23 @@ def test_equal_inputs_get_equal_bits_in_every_column(op, dtype, width, stride):
     assert torch.equal(view[0, :min(width, 64)], whole[:min(width, 64)])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_view_longer_than_one_call_on_one_or_two_threads(threads):
+    """Past ATen's grain size: in one call on one thread (the engine's workers), in calls that
+    are never split among threads otherwise; the same bits wherever an input sits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        buffer = with_slack(300, 2112)
+        view = buffer[:, :2084]
+        for v in _values().float()[:20]:
+            view.fill_(v)
+            uniform_(view, "exp2")
+            assert bool((view == view[0, 0]).all()), f"exp2({float(v)}) differs between positions"
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_without_it_equal_inputs_differ_on_this_cpu():
     """What uniform_ removes: a plain exp2_ of a view with short rows sends the last elements of
     each row through ATen's scalar exp2; where that differs from the vector code (most CPUs:

@@ -60,8 +60,8 @@ def uniform_(t: torch.Tensor, op: str) -> torch.Tensor:
     get different keys and an exact tie be broken by its column. Here the op runs over the flat
     storage from ``t``'s first to its last element (gaps between rows included), rounded up to a
     multiple of 64, in calls of :data:`_UNIFORM_SPAN` elements: only whole vectors, on one
-    thread per call. ``t``: rows contiguous, its storage at least :data:`SLACK` elements longer
-    (:func:`with_slack`). Elsewhere than CPU: the op itself."""
+    thread per call (one call when torch runs on one thread, as in the engine's workers). ``t``:
+    rows contiguous, its storage at least :data:`SLACK` elements longer (:func:`with_slack`). Elsewhere than CPU: the op itself."""
     if t.device.type != "cpu" or t.numel() == 0:
         return getattr(t, f"{op}_")()
     t2 = t if t.dim() == 2 else t.view(1, -1)
@@ -69,6 +69,9 @@ def uniform_(t: torch.Tensor, op: str) -> torch.Tensor:
         raise ValueError("uniform_ needs rows of contiguous elements")
     span = (t2.shape[0] - 1) * t2.stride(0) + t2.shape[1]
     flat = t2.as_strided((-(-span // SLACK) * SLACK,), (1,), t2.storage_offset())
+    if torch.get_num_threads() == 1:  # one thread: one call, never split (its rest is in the slack)
+        getattr(flat, f"{op}_")()
+        return t
     for part in flat.split(_UNIFORM_SPAN):
         getattr(part, f"{op}_")()
     return t

@@ -9,14 +9,21 @@ each from one tiled pass in bounded memory.
 * :func:`bank_pass`: bank x gallery tiles: ``log2 Z_g`` of every gallery entry and the gallery
   entries in the top k of some bank query (ties: the lower index).
 
-Log-sum-exps are merged online: per tile each row and each column is shifted by its own
-maximum (so the sums cannot underflow, and a row's contribution depends only on that row of
-the tile), exponentiated by the same code wherever a score sits
-(:func:`~vlr_plugins.eval.renorm_keys.uniform_`), a column summed in float64 (a row in
-float32: every row of a tile the same way), the contributions added in float64 by
-``logaddexp2`` in whatever order the workers visit the tiles, and the total rounded to float32
-once: so the order, and the last float64 bit of a merge, shows only when a total lies within
-~1e-16 of a float32 rounding boundary; exact duplicates get equal statistics otherwise.
+Log-sum-exps, one exponential per score: every score of a pass is shifted by the same constant,
+``K = tau2 - 100`` (scores are cosines, so ``s tau2 - K <= 100`` and no sum of a tile's terms
+overflows float32) and exponentiated in place by the same code wherever it sits
+(:func:`~vlr_plugins.eval.renorm_keys.uniform_`); each row and each column of the tile is summed
+in float32, the columns over a width padded to whole vectors (:data:`_LANES`: ATen's float32
+sum down the columns adds the columns of its vector loop and those of its scalar rest in
+different orders, so two equal columns' sums could differ in their last bit; padded, every
+column is summed by the vector loop). A row or column whose sum is below :data:`_LEAST_SUM` (its
+terms fell far enough below the shift to have lost bits to underflow: its best score is more than
+``162 / tau2`` below 1, e.g. below -0.125 at tau = 100; ~never for real embeddings) is summed
+again shifted by its own maximum, in float64. Contributions are added in float64 by
+``logaddexp2`` in whatever order the workers visit the tiles and the total rounded to float32
+once: the order, and the last float64 bit of a merge, shows only when a total lies within ~1e-16
+of a float32 rounding boundary; exact duplicates get equal statistics otherwise, since a row's or
+column's sums depend on its own scores only.
 """
 
 from __future__ import annotations
@@ -31,20 +38,73 @@ from vlr_plugins.eval.row_ranks import top_candidates
 __all__ = ["bank_pass", "merge_best", "test_pass", "tile_best"]
 
 _INF = float("inf")
+#: the most a shifted score may reach (2^100: a tile's row or column sum stays below 2^128)
+_HEADROOM = 100.0
+#: a float32 sum at least this large lost nothing that matters to underflow: terms below 2^-126
+#: (at most 2^24 of them) weigh less than 2^-38 of it, below float32's and float64's last bits
+#: of the merged total
+_LEAST_SUM = 2.0 ** -62
+#: column sums run over widths that are a multiple of this (ATen's widest vector loop: 4
+#: AVX-512 vectors)
+_LANES = 64
+#: elements per column-sum call with several threads (ATen's grain size: never split)
+_SUM_SPAN = 32768
 
 
 def _lse_rows(shifted: torch.Tensor, work: torch.Tensor, dim: int) -> torch.Tensor:
-    """float64 log2-sum-exp2 along ``dim`` of ``work`` (R, C): ``shifted`` is overwritten (its
-    storage with :data:`~vlr_plugins.eval.renorm_keys.SLACK`)."""
+    """float64 log2-sum-exp2 along ``dim`` of ``work`` (R, C), each row or column shifted by its
+    own maximum (the fallback of :func:`shifted_lse`): ``shifted`` is overwritten (its storage
+    with :data:`~vlr_plugins.eval.renorm_keys.SLACK`)."""
     peak = work.amax(dim=dim, keepdim=True)
     torch.sub(work, peak, out=shifted)
     uniform_(shifted, "exp2")
-    # a column sum is summed in float64: ATen's float32 sum down the columns of a row-major
-    # tile adds the vector lanes' columns and the rest in different orders (the last bit of two
-    # equal columns' sums differs, which float32 rounding of the total would keep)
     sums = with_slack(shifted.shape[1 - dim], dtype=torch.float64, device=shifted.device)
     torch.sum(shifted, dim, dtype=torch.float64, out=sums) if dim == 0 else sums.copy_(shifted.sum(dim))
     return uniform_(sums, "log2") + peak.squeeze(dim).double()
+
+
+def padded_width(cols: int) -> int:
+    """``cols`` rounded up to whole :data:`_LANES` (the row stride of :func:`shifted_lse`'s tiles)."""
+    return -(-cols // _LANES) * _LANES
+
+
+def lse_shift(scale: float) -> float:
+    """The constant every shifted score ``s scale - K`` of a pass is shifted by: ``K``."""
+    return scale - _HEADROOM
+
+
+def shifted_lse(work: torch.Tensor, terms: torch.Tensor, shift: float, dims: tuple[int, ...],
+                n_cols: int) -> list[torch.Tensor]:
+    """float64 log2-sum-exp2 along each of ``dims`` of the first ``n_cols`` columns of ``work``
+    (R, W: scores times the scale; W a multiple of :data:`_LANES`, rows contiguous, storage with
+    :data:`~vlr_plugins.eval.renorm_keys.SLACK`). ``terms`` (R, W, the same layout) gets
+    ``exp2(work - shift)``; ``work`` is kept for the rows and columns summed again
+    (:data:`_LEAST_SUM`)."""
+    torch.sub(work, shift, out=terms)
+    uniform_(terms, "exp2")
+    out = []
+    for dim in dims:
+        sums = with_slack(terms.shape[0] if dim == 1 else n_cols, dtype=torch.float64, device=terms.device)
+        sums.copy_(_sums(terms, dim, n_cols))
+        again = (~(sums >= _LEAST_SUM) | ~torch.isfinite(sums)).nonzero().flatten()
+        lse = uniform_(sums, "log2").add_(shift)
+        if len(again):
+            part = work[:, :n_cols].index_select(1 - dim, again).contiguous()
+            lse[again] = _lse_rows(with_slack(*part.shape, device=part.device), part, dim)
+        out.append(lse)
+    return out
+
+
+def _sums(terms: torch.Tensor, dim: int, n_cols: int) -> torch.Tensor:
+    """float32 sums along ``dim`` of the first ``n_cols`` columns of ``terms`` (R, W); the columns
+    summed over all W (whole :data:`_LANES`) in calls that ATen does not split among threads."""
+    if dim == 1:
+        return terms[:, :n_cols].sum(1)
+    rows, width = terms.shape
+    if torch.get_num_threads() == 1:
+        return terms.sum(0)[:n_cols]
+    step = max(_LANES, _SUM_SPAN // max(1, rows) // _LANES * _LANES)
+    return torch.cat([part.sum(0) for part in terms.split(step, dim=1)])[:n_cols]
 
 
 def merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
@@ -79,9 +139,11 @@ def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, ones: torch.Te
 class _Worker:
     def __init__(self, matrix: ScoreMatrix, lse: bool, top1: tuple[bool, bool]) -> None:
         device, n, m = matrix.device, matrix.n_items, matrix.n_texts
-        self.item_rows, self.text_rows, scores = matrix.tile_buffers()
-        self.scores = with_slack(*scores.shape, device=device)
-        self.work = torch.empty_like(self.scores)
+        self.item_rows, _, _ = matrix.tile_buffers()
+        width = padded_width(matrix.tile_texts)  # rows padded to whole vectors (shifted_lse)
+        self.text_rows = torch.zeros(width, matrix.dim, device=device)
+        self.scores = with_slack(matrix.tile_items, width, device=device)
+        self.work = with_slack(*self.scores.shape, device=device)
         self.ones = torch.ones(max(self.scores.shape), device=device)
         self.positions = torch.arange(max(self.scores.shape), dtype=torch.float32, device=device)
         self.loaded, self.n_cols = -1, 0
@@ -96,18 +158,23 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
     log2-sum-exp2 of ``s tau2`` over each item's texts and each text's items. ``top1`` =
     (text-to-image, image-to-text): also ``t2i_top1`` (M,) each text's best item and / or
     ``i2t_top1`` (N,) each item's best text (raw scores, lowest index on ties)."""
+    if tau2 is not None and any(top1):
+        raise ValueError("test_pass: the log-sum-exps and the top-1s come from separate passes")
     n_items, n_texts, ti, tt = matrix.n_items, matrix.n_texts, matrix.tile_items, matrix.tile_texts
     n_row_tiles, n_col_tiles = -(-n_items // ti), -(-n_texts // tt)
+    shift = None if tau2 is None else lse_shift(tau2)
 
     def column_part(worker: _Worker, task: tuple[int, range]) -> None:
         col, rows = task
         t0 = col * tt
         if worker.loaded != col:
-            worker.n_cols = matrix.texts.load(slice(t0, t0 + tt), worker.text_rows)
+            worker.n_cols = matrix.texts.load(slice(t0, t0 + tt), worker.text_rows[:tt])
             worker.loaded = col
         for row in rows:
             a0 = row * ti
             n_rows = matrix.items.load(slice(a0, a0 + ti), worker.item_rows)
+            if shift is not None:  # the product is s tau2 itself
+                worker.item_rows[:n_rows].mul_(tau2)
             torch.mm(worker.item_rows, worker.text_rows.T, out=worker.scores)
             s, w = worker.scores[:n_rows, :worker.n_cols], worker.work[:n_rows, :worker.n_cols]
             t1, a1 = t0 + worker.n_cols, a0 + n_rows
@@ -118,10 +185,11 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
                 value, index = tile_best(s, 1, w, worker.ones, worker.positions)
                 merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
             if worker.lse is not None:
-                torch.mul(s, tau2, out=w)
                 item_lse, text_lse = worker.lse
-                torch.logaddexp2(item_lse[a0:a1], _lse_rows(s, w, 1), out=item_lse[a0:a1])
-                torch.logaddexp2(text_lse[t0:t1], _lse_rows(s, w, 0), out=text_lse[t0:t1])
+                rows_lse, cols_lse = shifted_lse(worker.scores[:n_rows], worker.work[:n_rows], shift, (1, 0),
+                                                 worker.n_cols)
+                torch.logaddexp2(item_lse[a0:a1], rows_lse, out=item_lse[a0:a1])
+                torch.logaddexp2(text_lse[t0:t1], cols_lse, out=text_lse[t0:t1])
 
     workers = [_Worker(matrix, tau2 is not None, top1)
                for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
@@ -165,12 +233,13 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
                             device=device, threads=1 if matrix.workers > 1 else None)
     blocks = list(range(0, len(queries), rows))
     top = torch.empty(len(queries), k, dtype=torch.long, device=device)
+    width, shift = padded_width(cols), lse_shift(beta2)
 
     class Worker:
         def __init__(self) -> None:
             self.query_rows = torch.empty(rows, matrix.dim, device=device)
-            self.gallery_rows = torch.empty(cols, matrix.dim, device=device)
-            self.scores, self.work = (with_slack(rows, cols, device=device) for _ in range(2))
+            self.gallery_rows = torch.zeros(width, matrix.dim, device=device)  # padded: shifted_lse
+            self.scores, self.work = (with_slack(rows, width, device=device) for _ in range(2))
             self.ones = torch.ones(max(rows, cols), device=device)
             self.positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
             self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)
@@ -180,7 +249,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
         best = torch.full((n_rows, k), -_INF, device=device)
         best_index = torch.full((n_rows, k), n_gallery, dtype=torch.long, device=device)
         for g0 in range(0, n_gallery, cols):
-            n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows)
+            n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows[:cols])
             torch.mm(worker.query_rows, worker.gallery_rows.T, out=worker.scores)
             s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
             if k == 1:  # the official default: no sort
@@ -190,9 +259,10 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
                 index = top_candidates(s, min(k, n_cols))
                 best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
                                               torch.cat([best_index, index + g0], 1), k)
-            torch.mul(s, beta2, out=w)
+            scaled = torch.mul(worker.scores[:n_rows], beta2, out=worker.work[:n_rows])
+            log_z, = shifted_lse(scaled, worker.scores[:n_rows], shift, (0,), n_cols)  # scores overwritten
             g1 = g0 + n_cols
-            torch.logaddexp2(worker.log_z[g0:g1], _lse_rows(s, w, 0), out=worker.log_z[g0:g1])
+            torch.logaddexp2(worker.log_z[g0:g1], log_z, out=worker.log_z[g0:g1])
         top[b0:b0 + n_rows] = best_index
 
     workers = [Worker() for _ in range(max(1, min(matrix.workers, len(blocks))))]

@@ -1,0 +1,76 @@
+"""The statistics pass's log-sum-exp (:func:`~vlr_plugins.eval.renorm_pass.shifted_lse`): one
+exponential per score against a constant shift, equal to a float64 log-sum-exp written here, with
+the rows and columns whose terms underflow summed again, and equal columns given equal bits
+wherever they sit in a padded tile."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from _reference import torch_threads
+from vlr_plugins.eval.renorm_keys import with_slack
+from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse
+
+
+def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
+    """log2 sum 2^x along ``dim``, in float64 with its own maximum."""
+    x = scaled.double()
+    peak = x.amax(dim, keepdim=True)
+    return (torch.log2(torch.exp2(x - peak).sum(dim)) + peak.squeeze(dim))
+
+
+def _tile(scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+    rows, cols = scores.shape
+    width = padded_width(cols)
+    work = with_slack(rows, width)
+    work.normal_()  # what a tile's padding holds is never summed into a row
+    work[:, :cols] = scores * scale
+    return work, with_slack(rows, width), cols
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 63), (33, 64), (40, 130), (300, 257)])
+def test_equal_to_a_float64_log_sum_exp(threads, rows, cols):
+    torch.manual_seed(rows * 1000 + cols)
+    scale = 100.0 / math.log(2.0)
+    scores = torch.nn.functional.normalize(torch.randn(rows, 16), dim=1) @ \
+        torch.nn.functional.normalize(torch.randn(cols, 16), dim=1).T
+    work, terms, n = _tile(scores, scale)
+    with torch_threads(threads):
+        row_lse, col_lse = shifted_lse(work, terms, lse_shift(scale), (1, 0), n)
+    assert row_lse.dtype == col_lse.dtype == torch.float64
+    torch.testing.assert_close(row_lse, _reference(scores * scale, 1), rtol=0, atol=1e-5)
+    torch.testing.assert_close(col_lse, _reference(scores * scale, 0), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_and_columns_far_below_the_shift_are_summed_again(threads):
+    """Scores of -1 at tau = 100: 2^(-288) per term underflows float32; those rows and columns
+    come from the fallback (own maximum), the others from the shifted sums."""
+    scale = 100.0 / math.log(2.0)
+    scores = torch.full((20, 70), -1.0)
+    scores[:10, :35] = torch.rand(10, 35) * 0.5 + 0.5  # a block of ordinary scores
+    scores[15, 3] = -0.1  # one row and column whose best term sits 2^-14 above float32's least
+    work, terms, n = _tile(scores, scale)
+    with torch_threads(threads):
+        row_lse, col_lse = shifted_lse(work, terms, lse_shift(scale), (1, 0), n)
+    for got, dim in ((row_lse, 1), (col_lse, 0)):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, _reference(scores * scale, dim), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols", [64, 100, 193])
+def test_equal_columns_get_equal_bits_at_every_position(threads, cols):
+    """The same scores in every column (the vector loop's lanes and what would be its scalar
+    rest): bit-equal sums, and so equal statistics for exact duplicates of a gallery entry."""
+    torch.manual_seed(cols)
+    scale = 100.0 / math.log(2.0)
+    column = torch.rand(257, 1) * 2 - 1
+    work, terms, n = _tile(column.expand(257, cols), scale)
+    with torch_threads(threads):
+        col_lse, = shifted_lse(work, terms, lse_shift(scale), (0,), n)
+    assert bool((col_lse == col_lse[0]).all()), "equal columns got different sums"
