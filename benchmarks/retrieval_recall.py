@@ -23,8 +23,11 @@ ratios are between the medians over rounds. Methods:
   engine's tiles shared among its workers, each single-threaded (``_tile_workers``), no
   counting. With 2 threads at COCO-train size this was the fastest of the three: MKL's
   2-thread products of ``chunk`` and ``floor`` stream the 121 MB item matrix per product.
-  The floor of the target is the fastest of ``floor``, ``chunk`` and ``floor_workers``
-  measured in the run ("median / fastest multiply").
+  Its products run in the BLAS the engine takes on this machine (``vlr_plugins.eval._cpu_blas``:
+  torch's or numpy's, whichever it measured faster). The floor of the target is the fastest of
+  ``floor``, ``chunk``, ``chunk_numpy`` and ``floor_workers`` measured in the run ("median /
+  fastest multiply").
+* ``chunk_numpy`` -- ``chunk`` in numpy's BLAS (OpenBLAS in numpy's wheels) on its own threads.
 * ``engine``  -- ``retrieval_recall(items, texts, owner)``, texts grouped by item: both
   directions, exact ranks, every pair scored once (``grouped_ranks``).
 * ``engine_interleaved`` -- the same on the interleaved layout (``exact_ranks``: a first pass
@@ -151,11 +154,24 @@ def run_chunk(items, texts, owner):
         torch.mm(Y, items.T, out=S[:len(Y)])
 
 
+def run_chunk_numpy(items, texts, owner):
+    """``chunk`` in numpy's BLAS (OpenBLAS in numpy's wheels), its own threads: on some CPUs
+    (AMD EPYC) faster than torch's MKL."""
+    import numpy as np
+
+    X = items.numpy()
+    S = np.empty((min(CHUNK_TEXTS, len(texts)), len(items)), dtype=np.float32)
+    for a in range(0, len(texts), CHUNK_TEXTS):
+        Y = texts[a:a + CHUNK_TEXTS].numpy()
+        np.matmul(Y, X.T, out=S[:len(Y)])
+
+
 def run_floor_workers(items, texts, owner):
     """The bare multiply as the engine runs it on a CPU: the grouped engine's tiles (texts
     aligned to 16), shared among the same workers, each single-threaded; no counting."""
     import torch
 
+    from vlr_plugins.eval._cpu_blas import tile_product
     from vlr_plugins.eval._tile_workers import one_thread_per_worker, visit_in_parallel
     from vlr_plugins.eval._tiles import ScoreMatrix
     from vlr_plugins.eval.grouped_ranks import _aligned_up, diagonal_blocks
@@ -174,8 +190,8 @@ def run_floor_workers(items, texts, owner):
         t0, t1 = text_blocks[c]
         text_rows[:t1 - t0] = texts[t0:t1]
         width = _aligned_up(t1 - t0)
-        for a0, a1 in blocks:
-            torch.mm(items[a0:a1], text_rows[:width].T, out=scores[:a1 - a0, :width])
+        for a0, a1 in blocks:  # in the BLAS the engine takes (vlr_plugins.eval._cpu_blas)
+            tile_product(items[a0:a1], text_rows[:width], scores[:a1 - a0, :width])
 
     with one_thread_per_worker(len(buffers)):
         visit_in_parallel(range(len(text_blocks)), column, buffers)
@@ -318,6 +334,9 @@ def child(method: str, n: int, m: int, inner: int) -> None:
         torch.set_num_threads(int(os.environ["VLR_BENCH_THREADS"]))
 
     import vlr_plugins.eval  # noqa: F401  (imported before the clock starts: no method's time)
+    from vlr_plugins.eval._cpu_blas import choice
+
+    choice()  # the tile BLAS measured (once per machine) before the clock starts
 
     near = method.endswith(NEAR)  # the same method on texts near their items
     method = method.removesuffix(NEAR)
@@ -459,7 +478,7 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
     return result
 
 
-ALTERNATED = ("floor", "chunk", "floor_workers", "engine", "engine_interleaved")
+ALTERNATED = ("floor", "chunk", "chunk_numpy", "floor_workers", "engine", "engine_interleaved")
 #: the engine with rank metrics (``--methods chunk,engine,engine_ranks,engine_graded``)
 RANK_METHODS = ("engine_ranks", "engine_graded", "engine_graded_interleaved")
 #: the engine with a re-normalisation (``--methods chunk,engine,engine_dsl,engine_qbnorm``)
@@ -468,7 +487,7 @@ RENORM_METHODS = ("engine_dsl", "engine_qbnorm")
 #: its ratio taken to ``engine_near``: ``--methods chunk,engine_near,engine_dsl_near,engine_qbnorm_near``
 NEAR = "_near"
 #: the bare multiplies: the floor is the fastest of those measured
-BARE_MULTIPLIES = ("floor", "chunk", "floor_workers")
+BARE_MULTIPLIES = ("floor", "chunk", "chunk_numpy", "floor_workers")
 
 
 def cpu_plan(sizes: list[tuple[int, int]], repeat: int | None, quick: bool,
@@ -527,7 +546,9 @@ def _over_engine(median: dict, method: str) -> float | None:
 
 
 def print_cpu_table(records: list[dict]) -> None:
-    print(f"\n{describe()}, torch threads {records[0]['threads']}, D = {D}, float32; "
+    from vlr_plugins.eval._cpu_blas import choice
+
+    print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, D = {D}, float32; "
           "medians over alternated rounds\n")
     print("| items x texts | method | runs | median wall time (s) | best (s) | median / chunk | median / floor "
           "| median / fastest multiply | median / engine | peak extra memory (MiB) | load avg (median) |")

@@ -27,7 +27,7 @@ CPU = torch.device("cpu")
     (64, 2000),  # 64 items x 3 texts
     (None, 8),  # 1 x 1
 ])
-def test_any_tiling_gives_the_reference_ranks(problem, chunk_size, max_chunk_bytes):
+def test_any_tiling_gives_the_reference_ranks(cpu_blas, problem, chunk_size, max_chunk_bytes):
     items, texts, owner = problem()
     matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=max_chunk_bytes,
                          chunk_size=chunk_size)
@@ -39,7 +39,7 @@ def test_any_tiling_gives_the_reference_ranks(problem, chunk_size, max_chunk_byt
     assert t2i.tolist() == expected_t2i
 
 
-def test_exact_ties_across_and_inside_tiles():
+def test_exact_ties_across_and_inside_tiles(cpu_blas):
     # every score is a multiple of 0.25; duplicated rows tie exactly with the positive,
     # before it, after it, in its own tile and in others
     g = torch.Generator().manual_seed(5)
@@ -105,7 +105,7 @@ def test_a_failed_score_check_recomputes_the_query(monkeypatch):
 @pytest.mark.parametrize("problem", [random_problem, near_tie_problem])
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("chunk_size, worker_bytes", [(7, 2048), (1, 800), (None, 200)])
-def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads, chunk_size, worker_bytes,
+def test_tiles_shared_among_workers_give_the_reference_ranks(cpu_blas, problem, threads, chunk_size, worker_bytes,
                                                              monkeypatch):
     # workers down to 16-score tiles, so that these small problems have many tiles of each kind
     monkeypatch.setattr(tile_workers_module, "MIN_WORKER_TILE_ELEMS", 16)

@@ -101,7 +101,7 @@ def test_every_positive_pair_and_metric_equal_the_full_matrix_reference(problem,
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=list(PROBLEMS))
 @pytest.mark.parametrize("threads", [2, 3])
-def test_tiles_shared_among_workers_count_every_pair(problem, threads):
+def test_tiles_shared_among_workers_count_every_pair(cpu_blas, problem, threads):
     items, texts, owner = grouped(random_problem(n_items=150, seed=7) if problem == "random" else PROBLEMS[problem]())
     with torch_threads(threads):
         budget = 8 * threads * MIN_WORKER_TILE_ELEMS

@@ -35,7 +35,7 @@ def grouped(problem):
     (1, 800),  # one item per block
     (None, 200),  # 25 scores a tile: blocks cut by their texts
 ])
-def test_any_blocks_give_the_reference_ranks(problem, chunk_size, max_chunk_bytes):
+def test_any_blocks_give_the_reference_ranks(cpu_blas, problem, chunk_size, max_chunk_bytes):
     items, texts, owner = grouped(problem())
     matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=max_chunk_bytes,
                          chunk_size=chunk_size)
@@ -73,7 +73,7 @@ def test_texts_out_of_item_order_or_too_many_for_a_tile_take_the_two_pass_engine
     assert diagonal_blocks(ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=8 * (most - 1))) is None
 
 
-def test_exact_ties_inside_and_across_blocks():
+def test_exact_ties_inside_and_across_blocks(cpu_blas):
     # every score is a multiple of 0.25; duplicated rows tie exactly with the positive,
     # before it, after it, in its own block and in others
     g = torch.Generator().manual_seed(5)
@@ -113,7 +113,7 @@ def test_retrieval_recall_gives_the_same_result_in_either_text_order():
 
 @pytest.mark.parametrize("problem", [random_problem, near_tie_problem])
 @pytest.mark.parametrize("threads", [2, 3])
-def test_tiles_shared_among_workers_give_the_reference_ranks(problem, threads):
+def test_tiles_shared_among_workers_give_the_reference_ranks(cpu_blas, problem, threads):
     items, texts, owner = grouped(problem(n_items=150, seed=7) if problem is random_problem else problem())
     with torch_threads(threads):
         # a budget for `threads` workers, and blocks of 5 items: many diagonal and other tiles each

@@ -92,7 +92,7 @@ WINDOWS = [
 @pytest.mark.parametrize("problem", [random_problem, tied_problem])
 @pytest.mark.parametrize("tiling", TILINGS)
 @pytest.mark.parametrize("window", WINDOWS)
-def test_any_tiling_gives_the_reference(problem, tiling, window):
+def test_any_tiling_gives_the_reference(cpu_blas, problem, tiling, window):
     queries, gallery, positives = problem()
     result = mine_hard_negatives(queries, gallery, positives, **window, **tiling)
     assert_matches(result, queries, gallery, positives, **window)
@@ -141,7 +141,7 @@ def test_more_than_available():
     assert (result.counts < 30).all() and (result.counts > 0).all()
 
 
-def test_two_workers():
+def test_two_workers(cpu_blas):
     """With 2 torch threads and a budget of 2 workers' tiles, each worker mines its own
     query blocks."""
     with torch_threads(2):
@@ -178,7 +178,7 @@ def test_csr_and_lists_agree_and_bad_positives_are_named():
         mine_hard_negatives(queries, gallery, positives + [[]], k=4)
 
 
-def test_equals_faiss_exact_search():
+def test_equals_faiss_exact_search(cpu_blas):
     """faiss' IndexFlatIP over the unit vectors: search k + range_min + most positives,
     drop the positives, slice the window."""
     faiss = pytest.importorskip("faiss")

@@ -145,7 +145,7 @@ TILES = [(None, 256 * 2**20), (4, 4096), (1, 900), (None, 300)]
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("order", ["grouped", "interleaved"])
 @pytest.mark.parametrize("chunk_size, max_chunk_bytes", TILES)
-def test_dual_softmax_equals_the_full_matrix_reference(problem, order, chunk_size, max_chunk_bytes):
+def test_dual_softmax_equals_the_full_matrix_reference(cpu_blas, problem, order, chunk_size, max_chunk_bytes):
     items, texts, owner = arranged(problem, order)
     S = score_matrix(items, texts)
     for temperature in (100.0, 7.5, 300.0):
@@ -161,7 +161,7 @@ def test_dual_softmax_equals_the_full_matrix_reference(problem, order, chunk_siz
     assert (abs(t2i[torch.arange(len(owner)), owner]) < 2.0 ** -100).any()
 
 
-def test_dual_softmax_ties_between_duplicates_anywhere_in_a_tile():
+def test_dual_softmax_ties_between_duplicates_anywhere_in_a_tile(cpu_blas):
     """Texts drawn from a small pool (exact duplicates in every column position, rows of many
     vectors and a scalar rest): equal scores must get equal keys, so ties follow the lower index
     as in the reference (renorm_keys.uniform_)."""
@@ -191,7 +191,7 @@ def qb_reference(items, texts, owner, text_bank, item_bank, k, beta):
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("order", ["grouped", "interleaved"])
 @pytest.mark.parametrize("chunk_size, max_chunk_bytes", TILES)
-def test_qb_norm_equals_the_official_code_on_full_matrices(problem, order, chunk_size, max_chunk_bytes):
+def test_qb_norm_equals_the_official_code_on_full_matrices(cpu_blas, problem, order, chunk_size, max_chunk_bytes):
     items, texts, owner = arranged(problem, order)
     text_bank, item_bank = banks(problem)
     for which, k, beta in (((text_bank, item_bank), 1, 20.0), ((text_bank, None), 3, 20.0),
@@ -206,7 +206,7 @@ def test_qb_norm_equals_the_official_code_on_full_matrices(problem, order, chunk
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_tiles_shared_among_two_workers(problem):
+def test_tiles_shared_among_two_workers(cpu_blas, problem):
     items, texts, owner = grouped(random_problem(n_items=150, dim=16, seed=7) if problem == "tie-free"
                                   else duplicates_problem(n=150))
     text_bank, item_bank = banks(problem)

@@ -27,6 +27,8 @@ from typing import TypeVar
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import blas_threads
+
 __all__ = ["MIN_WORKER_TILE_ELEMS", "PARTS_PER_WORKER", "one_thread_per_worker", "split_range", "tile_workers",
            "visit_in_parallel"]
 
@@ -60,17 +62,14 @@ def split_range(n: int, parts: int) -> list[range]:
 
 @contextlib.contextmanager
 def one_thread_per_worker(workers: int) -> Iterator[None]:
-    """With several workers, torch's intra-op threads set to 1 inside (restored on exit);
-    with one, nothing changes."""
-    threads = torch.get_num_threads()
-    if workers <= 1 or threads == 1:
+    """With several workers, torch's intra-op threads and numpy's BLAS threads
+    (:mod:`~vlr_plugins.eval._cpu_blas`) set to 1 inside (restored on exit); with one, nothing
+    changes."""
+    if workers <= 1:
         yield
         return
-    torch.set_num_threads(1)
-    try:
+    with blas_threads(1):
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def visit_in_parallel(tasks: Sequence[Task], visit: Callable[[State, Task], None],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.row_ranks import row_ranks
@@ -90,7 +91,7 @@ def positive_scores(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
         for start in range(owned_from[row_tile], owned_from[row_tile + 1], tile_texts):
             texts = matrix.texts_by_owner[start:min(start + tile_texts, owned_from[row_tile + 1])]
             n_cols = matrix.texts.load(texts, worker.text_rows)
-            torch.mm(worker.item_rows, worker.text_rows.T, out=scores)
+            tile_product(worker.item_rows, worker.text_rows, scores)
             positive_score[texts] = score = scores[matrix.owner[texts] - item_start, matrix.arange(n_cols)]
             equal = torch.zeros(n_cols, device=device)
             count_above(scores[:n_rows, :n_cols], score, work[:n_rows, :n_cols], 0, equal, worker.ones,
@@ -172,7 +173,7 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
         for row_tile in row_tiles:
             item_start = row_tile * tile_items
             n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
-            torch.mm(item_rows, text_rows.T, out=scores)
+            tile_product(item_rows, text_rows, scores)
             tile = col_tile * n_row_tiles + row_tile
             lo, hi = pair_edges[tile], pair_edges[tile + 1]
             if hi > lo:  # the owners in this row tile: strict from here on

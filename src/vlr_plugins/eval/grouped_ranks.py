@@ -28,6 +28,7 @@ from itertools import pairwise
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import (
     ScoreMatrix,
@@ -149,7 +150,7 @@ class _Worker:
         self.matrix.items.load(slice(a0, a1), self.item_rows[:a1 - a0])
         shape = (a1 - a0, _aligned_up(t1 - t0))
         scores, work, *spare = (b[:shape[0] * shape[1]].view(shape)[:, :t1 - t0] for b in self.buffers)
-        torch.mm(self.item_rows[:a1 - a0], self.text_rows[:shape[1]].T, out=self.buffers[0][:shape[0] * shape[1]].view(shape))
+        tile_product(self.item_rows[:a1 - a0], self.text_rows[:shape[1]], self.buffers[0][:shape[0] * shape[1]].view(shape))
         return scores, work, spare[0] if spare else None
 
     def track_top1(self, scores: torch.Tensor, work: torch.Tensor, items: tuple[int, int],

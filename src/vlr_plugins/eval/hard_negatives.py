@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
 from vlr_plugins.eval._tiles import BYTES_PER_TILE_ELEM, UnitRows, exact_matmuls, tile_budget
 
@@ -214,7 +215,7 @@ class _Miner:
         """The worker's tile: its loaded queries against ``gallery_rows`` (zero rows after
         them), always of the full (R, C) shape. Returns the tile and the number of rows."""
         n = self.gallery.load(gallery_rows, worker.gallery_rows)
-        torch.mm(worker.query_rows, worker.gallery_rows.T, out=worker.tile)
+        tile_product(worker.query_rows, worker.gallery_rows, worker.tile)
         return worker.tile, n
 
     def positive_scores(self, worker, pos_rows, pos_cols, same_tiles: bool) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.exact_ranks import best_positives, positive_scores
 from vlr_plugins.eval.row_ranks import gallery_scores, pair_scores, positive_pairs, query_and_gallery
@@ -79,7 +80,7 @@ def _bracket_pass(matrix: ScoreMatrix, dtype: torch.dtype, item_bounds: tuple[to
         n_cols = matrix.texts.load(slice(text_start, text_start + matrix.tile_texts), text_rows)
         for item_start in range(0, matrix.n_items, matrix.tile_items):
             n_rows = matrix.items.load(slice(item_start, item_start + matrix.tile_items), item_rows)
-            torch.mm(item_rows, text_rows.T, out=scores)
+            tile_product(item_rows, text_rows, scores)
             valid, valid_work = scores[:n_rows, :n_cols], work[:n_rows, :n_cols]
             for bound, count in zip(text_bounds, counts[1]):
                 count_above(valid, bound[text_start:text_start + n_cols], valid_work, 0,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
@@ -175,7 +176,7 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
             n_rows = matrix.items.load(slice(a0, a0 + ti), worker.item_rows)
             if shift is not None:  # the product is s tau2 itself
                 worker.item_rows[:n_rows].mul_(tau2)
-            torch.mm(worker.item_rows, worker.text_rows.T, out=worker.scores)
+            tile_product(worker.item_rows, worker.text_rows, worker.scores)
             s, w = worker.scores[:n_rows, :worker.n_cols], worker.work[:n_rows, :worker.n_cols]
             t1, a1 = t0 + worker.n_cols, a0 + n_rows
             if worker.top1[0] is not None:
@@ -250,7 +251,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
         best_index = torch.full((n_rows, k), n_gallery, dtype=torch.long, device=device)
         for g0 in range(0, n_gallery, cols):
             n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows[:cols])
-            torch.mm(worker.query_rows, worker.gallery_rows.T, out=worker.scores)
+            tile_product(worker.query_rows, worker.gallery_rows, worker.scores)
             s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
             if k == 1:  # the official default: no sort
                 value, at = tile_best(s, 1, w, worker.ones, worker.positions)

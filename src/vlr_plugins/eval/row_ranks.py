@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls
 
 _INF = float("inf")
@@ -100,7 +101,7 @@ def gallery_scores(matrix: ScoreMatrix, query_side: UnitRows, queries: torch.Ten
     block = max(1, min(matrix.tile_texts, -(-len(gallery) // 6)))
     for start in range(0, len(gallery), block):
         k = gallery.load(slice(start, start + block), gallery_rows[:block])
-        scores[:, start:start + k] = query_rows @ gallery_rows[:k].T
+        tile_product(query_rows, gallery_rows[:k], scores[:, start:start + k])
     return scores
 
 

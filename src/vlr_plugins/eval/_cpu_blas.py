@@ -1,0 +1,166 @@
+"""Which BLAS computes the engine's float32 tile products on a CPU: torch's (MKL on x86 wheels)
+or numpy's (OpenBLAS in numpy's wheels), whichever is faster on this machine.
+
+They differ by machine, not by a constant: on an AMD EPYC (Zen 4, AVX-512) torch's MKL runs a
+1,024 x 256 by 256 x 1,024 product at ~64 GFLOP/s on one thread and numpy's OpenBLAS at ~85;
+on Intel CPUs MKL is usually the faster one. :func:`choice` measures both once on the engine's
+tile shape (a few tens of milliseconds) and keeps the answer in a small JSON file per machine
+(``$VLR_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlr-plugins``, else ``~/.cache/vlr-plugins``),
+keyed by the CPU, torch and numpy, so every later run on the machine takes the same BLAS and
+gives the same bits. ``VLR_CPU_BLAS=torch|numpy|auto`` overrides it (``auto``, the default:
+measured).
+
+The two round the same dot product differently (so does either one between product shapes):
+the engine's exactness never depends on a product's bits matching another product's — a
+pass's thresholds and the scores counted against them come from the same kind of tile
+product, and equal embeddings get equal scores within any one product (tested under both).
+numpy's BLAS threads are limited with ``threadpoolctl`` wherever torch's are
+(:func:`~vlr_plugins.eval._tile_workers.one_thread_per_worker`); numpy releases the GIL in its
+products, so the engine's worker threads run them at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["blas_threads", "choice", "tile_product"]
+
+_CHOICES = ("torch", "numpy")
+#: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
+_MARGIN = 0.95
+#: the calibration's product: a tile of the engine's shape, one thread
+_SHAPE = (1024, 256, 1024)
+_ROUNDS = 15
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("VLR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vlr-plugins")
+    return Path(root) / "cpu-blas.json"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _machine_key() -> str:
+    flags = ""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        flags = " ".join(sorted(f for f in text.split("flags", 1)[1].split("\n", 1)[0].split()
+                                if f.startswith(("avx", "fma", "amx"))))
+    except (OSError, IndexError):
+        pass
+    return f"{_cpu_model()} [{flags}] torch {torch.__version__} numpy {np.__version__}"
+
+
+def _measure() -> dict[str, float]:
+    """Median seconds per product of each BLAS on one thread, over :data:`_ROUNDS` rounds that
+    alternate the two (a BLAS's fastest call can be far from its usual one: MKL's on AMD)."""
+    m, k, n = _SHAPE
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
+    out = torch.empty(m, n)
+    times: dict[str, list[float]] = {name: [] for name in _CHOICES}
+    with blas_threads(1):
+        for name in _CHOICES:  # warm-up
+            _product(name, a, b, out)
+        for _ in range(_ROUNDS):
+            for name in _CHOICES:
+                start = time.perf_counter()
+                _product(name, a, b, out)
+                times[name].append(time.perf_counter() - start)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    """Atomically (a temporary file, then a rename); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cpu-blas-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _calibrated() -> str:
+    path, key = _cache_file(), _machine_key()
+    data = _read_cache(path)
+    entry = data.get(key)
+    if isinstance(entry, dict) and entry.get("choice") in _CHOICES:
+        return entry["choice"]
+    seconds = _measure()
+    pick = "numpy" if seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
+    data[key] = {"choice": pick, "seconds": seconds, "shape": list(_SHAPE)}
+    _write_cache(path, data)
+    return pick
+
+
+def choice() -> str:
+    """``"torch"`` or ``"numpy"``: the BLAS of CPU float32 tile products (see the module)."""
+    wanted = os.environ.get("VLR_CPU_BLAS", "auto").strip().lower() or "auto"
+    if wanted in _CHOICES:
+        return wanted
+    if wanted != "auto":
+        raise ValueError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, auto")
+    return _calibrated()
+
+
+def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> None:
+    if name == "numpy":
+        np.matmul(rows.numpy(), cols.numpy().T, out=out.numpy())
+    else:
+        torch.mm(rows, cols.T, out=out)
+
+
+def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = rows @ cols.T`` (rows (R, D), cols (C, D), out (R, C)): in numpy's BLAS for float32
+    CPU tensors where :func:`choice` says so (zero-copy views of the same memory), else torch's."""
+    if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
+            and not (rows.requires_grad or cols.requires_grad) and choice() == "numpy"):
+        _product("numpy", rows, cols, out)
+    else:
+        torch.mm(rows, cols.T, out=out)
+    return out
+
+
+@contextlib.contextmanager
+def blas_threads(threads: int) -> Iterator[None]:
+    """numpy's BLAS (and torch's intra-op threads) limited to ``threads`` inside; restored on exit."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(before)

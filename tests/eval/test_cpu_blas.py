@@ -1,0 +1,135 @@
+"""The BLAS of the engine's CPU tile products (:mod:`vlr_plugins.eval._cpu_blas`): torch's or
+numpy's, chosen once per machine by measuring both; the product itself checked against a
+float64 reference, equal inputs scored equally anywhere in a product under both, the choice's
+cache and override, and the BLAS threads limited inside the engine's workers."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from vlr_plugins.eval import _cpu_blas
+from vlr_plugins.eval._cpu_blas import blas_threads, choice, tile_product
+from vlr_plugins.eval._tile_workers import one_thread_per_worker
+
+
+@pytest.mark.parametrize("rows,cols,dim", [(1, 1, 3), (7, 130, 16), (257, 65, 256)])
+def test_the_product_into_views_of_a_buffer(cpu_blas, rows, cols, dim):
+    g = torch.Generator().manual_seed(rows)
+    a, b = torch.randn(rows, dim, generator=g), torch.randn(cols + 5, dim, generator=g)
+    buffer = torch.full((rows, cols + 9), 7.0)
+    out = buffer[:, 2:2 + cols]  # a view with gaps between its rows
+    assert tile_product(a, b[:cols], out) is out
+    torch.testing.assert_close(out.double(), a.double() @ b[:cols].double().T, rtol=1e-5, atol=1e-5)
+    assert bool((buffer[:, :2] == 7).all() and (buffer[:, 2 + cols:] == 7).all()), "wrote outside the view"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_stays_with_torch(monkeypatch, dtype):
+    monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
+    a, b = torch.randn(4, 8).to(dtype), torch.randn(5, 8).to(dtype)
+    out = torch.empty(4, 5, dtype=dtype)
+    torch.testing.assert_close(tile_product(a, b, out), a @ b.T)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_equal_rows_and_columns_get_equal_scores_anywhere_in_a_product(cpu_blas, threads):
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(300, 256, generator=g), torch.randn(700, 256, generator=g)
+    a[::37] = a[5].clone()
+    b[::41] = b[3].clone()
+    with blas_threads(threads):
+        for r, c in [(300, 700), (129, 700), (300, 77), (1, 700), (300, 1)]:
+            out = tile_product(a[:r], b[:c], torch.empty(r, c))
+            block = out[::37, ::41]
+            assert bool((block == block.flatten()[0]).all()), (r, c)
+
+
+def test_the_override_and_a_bad_value(monkeypatch):
+    for name in ("torch", "numpy", "NumPy "):
+        monkeypatch.setenv("VLR_CPU_BLAS", name)
+        assert choice() == name.strip().lower()
+    monkeypatch.setenv("VLR_CPU_BLAS", "mkl")
+    with pytest.raises(ValueError, match="VLR_CPU_BLAS='mkl': expected one of torch, numpy, auto"):
+        choice()
+
+
+def test_measured_once_per_machine_and_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLR_CPU_BLAS", "auto")
+    monkeypatch.setenv("VLR_CACHE_DIR", str(tmp_path))
+    _cpu_blas._calibrated.cache_clear()
+    try:
+        picked = choice()
+        cache = tmp_path / "cpu-blas.json"
+        entry = json.loads(cache.read_text())[_cpu_blas._machine_key()]
+        assert entry["choice"] == picked
+        seconds = entry["seconds"]
+        assert set(seconds) == {"torch", "numpy"} and all(v > 0 for v in seconds.values())
+        assert picked == ("numpy" if seconds["numpy"] < _cpu_blas._MARGIN * seconds["torch"] else "torch")
+        assert not [p for p in tmp_path.iterdir() if p.name != "cpu-blas.json"], "a temporary file was left"
+        # a later process reads the answer rather than measuring again
+        other = "torch" if picked == "numpy" else "numpy"
+        cache.write_text(json.dumps({_cpu_blas._machine_key(): {"choice": other}}))
+        _cpu_blas._calibrated.cache_clear()
+        assert choice() == other
+        # an unreadable cache is measured again and rewritten
+        cache.write_text("{not json")
+        _cpu_blas._calibrated.cache_clear()
+        assert choice() in ("torch", "numpy")
+        assert _cpu_blas._machine_key() in json.loads(cache.read_text())
+    finally:
+        _cpu_blas._calibrated.cache_clear()
+
+
+def test_an_unwritable_cache_still_answers(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("VLR_CPU_BLAS", "auto")
+    monkeypatch.setenv("VLR_CACHE_DIR", str(blocker / "sub"))  # a directory under a file
+    _cpu_blas._calibrated.cache_clear()
+    try:
+        assert choice() in ("torch", "numpy")
+    finally:
+        _cpu_blas._calibrated.cache_clear()
+
+
+def test_the_workers_blas_threads_are_limited_and_restored():
+    from threadpoolctl import threadpool_info
+
+    def blas_counts():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    torch_before, blas_before = torch.get_num_threads(), blas_counts()
+    with one_thread_per_worker(2):
+        assert torch.get_num_threads() == 1
+        assert blas_counts() and all(n == 1 for n in blas_counts())
+    assert torch.get_num_threads() == torch_before and blas_counts() == blas_before
+
+
+def test_numpy_products_of_two_threads_at_once(monkeypatch):
+    """numpy releases the GIL in its products: two worker threads' products are correct when
+    they run at once (each into its own buffer)."""
+    monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 200, 64, generator=g), torch.randn(2, 300, 64, generator=g)
+    outs = [torch.empty(200, 300) for _ in range(2)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                tile_product(a[i], b[i], outs[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with one_thread_per_worker(2):
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    assert not errors
+    for i in range(2):
+        np.testing.assert_allclose(outs[i].numpy(), (a[i].double() @ b[i].double().T).numpy(), rtol=1e-5, atol=1e-5)
