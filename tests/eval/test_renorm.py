@@ -15,7 +15,7 @@ from vlr_plugins.eval import retrieval_recall
 from vlr_plugins.eval._tile_workers import MIN_WORKER_TILE_ELEMS
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, worker_budget
-from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm
+from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm, renorm_keys
 
 CPU = torch.device("cpu")
 KS = (1, 5, 10)
@@ -159,6 +159,11 @@ def test_dual_softmax_equals_the_full_matrix_reference(cpu_blas, problem, order,
     assert (S[owner, torch.arange(len(owner))] < 0).any()
     i2t, t2i = dsl_reference(S.numpy(), 300.0)
     assert (abs(t2i[torch.arange(len(owner)), owner]) < 2.0 ** -100).any()
+    # and both kinds of keys: factored (one exponential for both directions) at tau 7.5 and
+    # 100, the statistics too far apart for one shared constant at tau 300
+    matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
+    factored = {t: renorm_keys(DualSoftmax(t), matrix).shift is not None for t in (7.5, 100.0, 300.0)}
+    assert factored == {7.5: True, 100.0: True, 300.0: False}
 
 
 def test_dual_softmax_ties_between_duplicates_anywhere_in_a_tile(cpu_blas):

@@ -15,9 +15,11 @@ each score, in the same order.
   could have rounded lies between -2^-100 and 2^-100, on the right side of its threshold. Any
   other query is ranked from float64 transformed scores instead
   (:meth:`DualSoftmaxKeys.direct_rows`: ``s exp(tau s - L)``, no underflow while tau <= 300).
-  Four elementwise operations per direction, no logarithm and no mask (the earlier log-domain
-  key needed both: ``log2`` of a score <= 0 takes a slow path, and a masked fill costs ~4 ns per
-  score on CPU, half of the product's own cost).
+  No logarithm and no mask (the earlier log-domain key needed both: ``log2`` of a score <= 0
+  takes a slow path, and a masked fill costs ~4 ns per score on CPU, half of the product's own
+  cost); factored where the statistics allow (always for real embeddings), one exponential per
+  score serves both directions: ``p = s exp2(s tau / ln 2 - c)`` and the keys ``p 2^(c - L)``
+  (:class:`DualSoftmaxKeys`), six elementwise operations per tile for both directions, not eight.
 * QB-Norm: a normalised query's key is ``s beta / ln 2 - log2 Z_g`` (``log2(exp(beta s) / Z_g)``),
   any other query's its raw score. Whether a query is normalised depends on its raw top-1
   over the whole gallery: the grouped pass counts both cases and finds the top-1s in the same
@@ -36,6 +38,11 @@ __all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys", "uniform_", "w
 _LN2 = math.log(2.0)
 #: the least magnitude of a positive's dual-softmax key that serves as a float32 threshold
 _SAFE_KEY = 2.0 ** -100
+#: the factored dual-softmax keys' constant: ``c = min L + 25`` (:func:`_shared_shift`)
+_FACTOR_HEADROOM = 25.0
+#: ... taken while ``max(L, tau2) - min L`` is at most this: every ``2^(c - L)`` and every
+#: ``exp2(s tau2 - c)`` of a key >= 2^-100 then lies in [2^-125, 2^126]
+_FACTOR_SPAN = 148.0
 
 
 #: elements per call of :func:`uniform_`: a multiple of every CPU vector loop's step, at most
@@ -84,29 +91,75 @@ def _dsl_key(scores: torch.Tensor, tau2: float, lse: torch.Tensor, out: torch.Te
     return uniform_(out.sub_(lse), "exp2").mul_(scores)
 
 
+def _shared_shift(tau2: float, item_lse: torch.Tensor, text_lse: torch.Tensor) -> float | None:
+    """The constant ``c`` of the factored keys (:class:`DualSoftmaxKeys`), or None where no
+    ``c`` keeps every factor a normal float32: ``c = min L + 25`` serves while the statistics
+    span at most :data:`_FACTOR_SPAN` and none lies more than that below ``tau2``."""
+    if not (len(item_lse) and len(text_lse)):
+        return None
+    lo = min(float(item_lse.min()), float(text_lse.min()))
+    hi = max(float(item_lse.max()), float(text_lse.max()))
+    if not (math.isfinite(lo) and math.isfinite(hi)) or max(hi, tau2) - lo > _FACTOR_SPAN:
+        return None
+    return float(torch.tensor(lo + _FACTOR_HEADROOM, dtype=torch.float32))
+
+
 class DualSoftmaxKeys:
     """Dual-softmax keys from ``item_lse`` (N,) and ``text_lse`` (M,): float32 log2-sum-exp2 of
-    ``s tau / ln 2`` over each item's row and each text's column."""
+    ``s tau / ln 2`` over each item's row and each text's column.
+
+    Factored where the statistics allow it (:attr:`shift` not None; real embeddings: always):
+    one exponential per score serves both directions, ``p = s exp2(s tau2 - c)`` with one
+    constant ``c`` (:func:`_shared_shift`), and the text-to-image key is ``p 2^(c - L_item)``,
+    the image-to-text one ``p 2^(c - L_text)`` (both factors float32, made once). With
+    ``c = min L + 25`` and every ``L`` within :data:`_FACTOR_SPAN` of it and of ``tau2``,
+    nothing overflows and every factor is a normal float; a key of magnitude >= 2^-100 has its
+    exponential normal too (``s tau2 - L >= -100``, so ``s tau2 - c >= -125``), and a key whose
+    exponential underflowed is below 2^-101 in magnitude, so :meth:`safe` means what it means
+    for the unfactored keys (``s exp2(s tau2 - L)``, taken otherwise). In the grouped pass
+    :meth:`t2i_tile` leaves ``p`` in ``spare`` and :meth:`i2t_tile` reads it there (so on a tile
+    the first must come first, as :func:`~vlr_plugins.eval.grouped_ranks.grouped_ranks` calls
+    them); both write their keys over the tile's scores."""
 
     def __init__(self, temperature: float, item_lse: torch.Tensor, text_lse: torch.Tensor) -> None:
         self.temperature, self.tau2 = temperature, temperature / _LN2
         self.item_lse, self.text_lse = item_lse, text_lse
+        self.shift = _shared_shift(self.tau2, item_lse, text_lse)
+        if self.shift is not None:
+            self.item_factor = torch.exp2(self.shift - item_lse.double()).float()
+            self.text_factor = torch.exp2(self.shift - text_lse.double()).float()
+
+    def _shared(self, scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """out = scores * exp2(scores * tau2 - c), elementwise (``out``: storage with :data:`SLACK`)."""
+        torch.mul(scores, self.tau2, out=out)
+        return uniform_(out.sub_(self.shift), "exp2").mul_(scores)
 
     def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]) in
+        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]):
+        factored, over ``scores`` (``p`` left in ``spare`` for :meth:`i2t_tile`); else in
         ``spare`` (``scores`` kept for :meth:`i2t_tile`)."""
-        return _dsl_key(scores, self.tau2, self.item_lse[items[0]:items[1], None], spare)
+        if self.shift is None:
+            return _dsl_key(scores, self.tau2, self.item_lse[items[0]:items[1], None], spare)
+        self._shared(scores, spare)
+        return torch.mul(spare, self.item_factor[items[0]:items[1], None], out=scores)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Image-to-text keys of the same tile, in ``spare`` (over the text-to-image ones)."""
-        return _dsl_key(scores, self.tau2, self.text_lse[texts[0]:texts[1]], spare)
+        """Image-to-text keys of the same tile, after :meth:`t2i_tile`: factored, over ``scores``
+        from the ``p`` in ``spare``; else in ``spare`` (over the text-to-image ones)."""
+        if self.shift is None:
+            return _dsl_key(scores, self.tau2, self.text_lse[texts[0]:texts[1]], spare)
+        return torch.mul(spare, self.text_factor[texts[0]:texts[1]], out=scores)
 
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries`` (a new tensor)."""
-        lse = (self.item_lse if direction == "t2i" else self.text_lse)[None, :]
-        return _dsl_key(scores, self.tau2, lse, with_slack(*scores.shape, device=scores.device))
+        out = with_slack(*scores.shape, device=scores.device)
+        if self.shift is None:
+            lse = (self.item_lse if direction == "t2i" else self.text_lse)[None, :]
+            return _dsl_key(scores, self.tau2, lse, out)
+        factor = (self.item_factor if direction == "t2i" else self.text_factor)[None, :]
+        return self._shared(scores, out).mul_(factor)
 
     @staticmethod
     def safe(keys: torch.Tensor) -> torch.Tensor:
