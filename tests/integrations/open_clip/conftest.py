@@ -19,6 +19,12 @@ COLOURS = ["red", "green", "blue", "yellow", "white", "black", "purple", "orange
 
 
 @pytest.fixture(scope="session")
+def tiny_config() -> dict:
+    """A copy of :data:`TINY_CONFIG` (open_clip's ``model_cfg``)."""
+    return json.loads(json.dumps(TINY_CONFIG))
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
     """The name of a ~1.6M-parameter CLIP (77 text positions), registered with open_clip."""
     import open_clip

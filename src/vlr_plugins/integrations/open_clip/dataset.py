@@ -184,18 +184,23 @@ def make_train_loader(
     *,
     batch_size: int,
     workers: int,
-    distributed: bool,
+    world_size: int = 1,
+    rank: int = 0,
+    seed: int = 0,
     pin_memory: bool = True,
 ) -> DataLoader:
-    """open_clip's CSV loader settings (shuffle, drop_last, a DistributedSampler when
-    distributed) with the TextBatch collate; sets ``num_samples`` / ``num_batches``."""
+    """open_clip's CSV loader settings (shuffled, drop_last) with the TextBatch collate; sets
+    ``num_samples`` / ``num_batches``. The order is a ``DistributedSampler``'s whatever the
+    number of processes (one process: ``num_replicas=1``): one permutation per epoch drawn
+    from ``seed`` and the epoch (``DataInfo.set_epoch``), rank ``r`` taking its positions
+    ``r, r + world_size, ...``, so global batch ``i`` holds the same samples with one process
+    of ``world_size * batch_size`` or ``world_size`` processes of ``batch_size``."""
     from torch.utils.data.distributed import DistributedSampler
 
-    sampler = DistributedSampler(dataset) if distributed else None
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=sampler is None,
         num_workers=workers,
         pin_memory=pin_memory,
         sampler=sampler,
@@ -207,7 +212,7 @@ def make_train_loader(
     if len(loader) == 0:
         raise ValueError(
             f"{len(dataset)} training samples make no full batch of {batch_size}"
-            + (" per process" if distributed else "")
+            + (" per process" if world_size > 1 else "")
         )
     loader.num_samples = len(dataset)
     loader.num_batches = len(loader)

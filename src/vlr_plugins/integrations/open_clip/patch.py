@@ -1,4 +1,5 @@
-"""The one place that patches open_clip_train: three names of ``open_clip_train.main``.
+"""The one place that patches open_clip_train: three names of ``open_clip_train.main``, and
+the ``DistributedDataParallel`` it wraps the model in on CPU processes.
 
 Inside :func:`patched_open_clip_train`, ``open_clip_train.main.main`` runs its own loop
 with
@@ -9,6 +10,11 @@ with
   ``cache_chunk`` makes the model encode with gradient caching);
 * ``get_data``: our training data (several texts per image, ``(images, TextBatch)``
   batches); validation and ImageNet zero-shot data stay open_clip_train's.
+
+Under torchrun on CPU processes (gloo) open_clip_train wraps the model in
+``torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])``, which DDP refuses for
+a module on the CPU: inside the block that name is a subclass that drops ``device_ids`` /
+``output_device`` for a CPU module (DDP's CPU mode) and passes them on otherwise.
 
 Nothing else of open_clip_train is touched; everything is restored on exit. Frozen
 leading positional rows (Long-CLIP, ``train_new_only``) need nothing here: open_clip_train's
@@ -177,10 +183,12 @@ class _Run:
             dataset,
             batch_size=args.batch_size,
             workers=args.workers,
-            distributed=args.distributed,
+            world_size=args.world_size if args.distributed else 1,
+            rank=args.rank if args.distributed else 0,
+            seed=args.seed,
             pin_memory=torch.device(args.device).type == "cuda",
         )
-        return DataInfo(loader, loader.sampler if args.distributed else None)
+        return DataInfo(loader, loader.sampler)
 
     def _ensure_image_embeddings(
         self, args: argparse.Namespace, samples: Any, preprocess: Any
@@ -254,8 +262,27 @@ def patched_open_clip_train(options: VLRTrainOptions) -> Iterator[_Run]:
     run = _Run(options, originals)
     for name in PATCHED_NAMES:
         setattr(ocm, name, getattr(run, name))
+    ddp = torch.nn.parallel.DistributedDataParallel
+    torch.nn.parallel.DistributedDataParallel = _cpu_capable_ddp(ddp)
     try:
         yield run
     finally:
         for name, fn in originals.items():
             setattr(ocm, name, fn)
+        torch.nn.parallel.DistributedDataParallel = ddp
+
+
+def _cpu_capable_ddp(ddp: type) -> type:
+    """``ddp`` (torch's ``DistributedDataParallel``) that also wraps a module on the CPU:
+    open_clip_train passes ``device_ids=[device]`` whatever the device, which DDP refuses for
+    a CPU module (there it takes none: its CPU mode, with gloo); on an accelerator they pass
+    through unchanged."""
+
+    class CpuCapableDistributedDataParallel(ddp):  # type: ignore[misc, valid-type]
+        def __init__(self, module: torch.nn.Module, device_ids: Any = None, output_device: Any = None,
+                     **kwargs: Any) -> None:
+            if any(p.device.type != "cpu" for p in module.parameters()):
+                kwargs.update(device_ids=device_ids, output_device=output_device)
+            super().__init__(module, **kwargs)
+
+    return CpuCapableDistributedDataParallel
