@@ -114,7 +114,8 @@ def test_a_run_where_every_video_failed_is_an_error_and_writes_nothing(judged, c
     assert code == 2 and "Traceback" not in err, shown
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and err.splitlines()[-1] == errors[0], shown
-    assert errors[0].startswith("error: 1 video failed, none was scored (the first: video 'v0', ") and named in errors[0]
+    assert errors[0].startswith("error: 1 video failed, none was scored (the first: video 'v0', ")
+    assert named in errors[0]
     assert "no report was written" in errors[0]
     left = sorted(p.name for p in (tmp_path / "vlr-capst").iterdir()) if (tmp_path / "vlr-capst").exists() else []
     assert left == (["llm-cache.sqlite"] if answered else []), shown

@@ -127,7 +127,7 @@ class ChatCache:
         payload = json.dumps(request, ensure_ascii=False, sort_keys=True)
         with self._lock:
             self._connect().execute("INSERT OR REPLACE INTO answers (key, request, answer, created) "
-                             "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
+                                    "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
 
     def __len__(self) -> int:
         with self._lock:

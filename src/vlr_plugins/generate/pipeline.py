@@ -184,7 +184,8 @@ def _refuse_unknown_roles(overrides: Mapping[str, Any] | None, file_roles: Any, 
     if not isinstance(given, Mapping) or not isinstance(file_roles, Mapping):
         return
     prompts = raw.get("prompts")
-    used = {p.get("role") for p in prompts.values() if isinstance(p, Mapping)} if isinstance(prompts, Mapping) else set()
+    prompts = prompts if isinstance(prompts, Mapping) else {}
+    used = {p.get("role") for p in prompts.values() if isinstance(p, Mapping)}
     for name in given:
         if name in file_roles or name in used:
             continue
