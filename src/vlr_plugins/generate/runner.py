@@ -148,12 +148,15 @@ class CorpusRun:
         return self._backends[role]
 
     def process_part(self, k: int, input_records: Callable[[], list[dict[str, Any]]],
-                     stages: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+                     stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """Run the stages (all, or those named) that part ``k`` lacks; returns, per stage
-        run, ``{"records", "seconds"}``. A stage reads the part the stage before it wrote."""
+        run, ``{"records", "seconds", "failed": the ids of records with a failure of this
+        stage, "first_failure": the first (``{"id", "stage", "prompt", "error", ...}``) or
+        None}``. A stage reads the part the stage before it wrote. A stage whose every
+        request failed raises instead of writing (:meth:`_refuse_all_failed`)."""
         selected = set(stages or [s.name for s in self.pipeline.stages])
         kind = self.pipeline.kind
-        done: dict[str, dict[str, float]] = {}
+        done: dict[str, dict[str, Any]] = {}
         records: list[dict[str, Any]] | None = None
         for j, stage in enumerate(self.pipeline.stages):
             if stage.name not in selected or self.folder.has_part(stage.name, k):
