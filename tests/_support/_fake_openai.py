@@ -3,7 +3,8 @@ answered by a script, on 127.0.0.1 only.
 
 The script is a function of the request body (``{"model", "messages", ...}``) that returns
 the answer's text or a :class:`Reply`: an HTTP error with headers (429 + ``Retry-After``,
-500), a dropped connection, or a delay. Every request is recorded (body and headers), and
+500), a dropped connection, a delay, or a body that is not a chat completion (:func:`raw`:
+a proxy's HTML page, a truncated JSON body). Every request is recorded (body and headers), and
 so is the largest number of requests in flight at once.
 """
 
@@ -26,6 +27,8 @@ class Reply:
     message: str = ""
     drop: bool = False
     delay: float = 0.0
+    body: bytes | None = None
+    content_type: str = "application/json"
 
 
 def answer(content: str, delay: float = 0.0) -> Reply:
@@ -34,6 +37,11 @@ def answer(content: str, delay: float = 0.0) -> Reply:
 
 def error(status: int, message: str = "scripted error", headers: dict[str, str] | None = None) -> Reply:
     return Reply(status=status, message=message, headers=headers or {})
+
+
+def raw(body: str | bytes, status: int = 200, content_type: str = "application/json") -> Reply:
+    """Answer with ``body`` as it is (not a chat completion), e.g. ``raw("<html>...")``."""
+    return Reply(status=status, body=body.encode() if isinstance(body, str) else body, content_type=content_type)
 
 
 def drop() -> Reply:
@@ -113,6 +121,9 @@ class FakeOpenAI:
                     if reply.drop:
                         self.close_connection = True
                         return
+                    if reply.body is not None:
+                        self._send(reply.status, reply.body, reply.headers, reply.content_type)
+                        return
                     if reply.status != 200:
                         self._send(reply.status, {"error": {"message": reply.message, "type": "scripted"}},
                                    reply.headers)
@@ -128,11 +139,12 @@ class FakeOpenAI:
                 finally:
                     fake._done()
 
-            def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: dict | bytes, headers: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for k, v in (headers or {}).items():
                         self.send_header(k, v)

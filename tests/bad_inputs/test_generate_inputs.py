@@ -8,9 +8,11 @@ import json
 import shutil
 
 import pytest
-from _refusal import assert_refused
+from _refusal import assert_refused, run_vlr
 
 pytest.importorskip("openai")
+
+from _fake_openai import FakeOpenAI, Reply, error, raw
 
 from PIL import Image
 
@@ -85,6 +87,14 @@ CASES = {
     "template-unknown-slot": (lambda t, i: [_pipeline_copy(t, _unknown_slot), "--input", i, *FAST],
                               ["score.txt", "{reference}"]),
     "pipeline-not-yaml": (lambda t, i: [_pipeline_copy(t, _not_yaml), "--input", i], ["paragraph.yaml", "YAML"]),
+    "image-file-missing": (lambda t, i: ["paragraph", "--input", _write(t / "gone.jsonl", "\n".join(json.dumps(
+        {"id": str(n), "image": name, "caption": "a dog"}) for n, name in enumerate(["a.png", "b.png"])) + "\n"),
+        *FAST], ["gone.jsonl", "line 2", "field 'image'", "no such image file", "b.png"]),
+    "image-file-missing-csv": (lambda t, i: ["paragraph", "--input", _write(t / "gone.csv", "id,image,caption\n"
+                                             "1,a.png,a dog\n7,nope.png,a cat\n"), *FAST],
+                               ["gone.csv", "field 'image'", "nope.png", "the record with id '7'"]),
+    "unknown-role": (lambda t, i: ["paragraph", "--input", i, *FAST, f"roles.captionr.base_url={CLOSED}"],
+                     ["roles.captionr: unknown role", "captioner, judge", "did you mean 'captioner'?"]),
     "cache-and-no-cache": (lambda t, i: ["paragraph", "--input", i, "--cache", t / "c.sqlite", "--no-cache", *FAST],
                            ["--no-cache", "--cache"]),
     "ray-and-shards": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-count", "2", *FAST],
@@ -130,3 +140,47 @@ def test_a_folder_of_another_pipeline_is_refused(world):
     _write(out / "run.json", json.dumps({"format": "something else"}))
     assert_refused(["generate", "paragraph", "--input", items, "--out", out, *FAST], "run.json", "--out",
                    leaves=[out / "stages"])
+
+
+# ---------------------------------------------------------------- models that answer nothing usable
+
+FAILING_MODELS = {
+    # (script or None for a closed port, what the error line names, whether answers were received)
+    "unreachable": (None, "connection failed", False),
+    "http-500": (lambda body: error(500, "the model is down"), "HTTP 500: the model is down", False),
+    "hanging": (lambda body: Reply(content="1. a dog", delay=3), "timed out", False),
+    "body-not-json": (lambda body: raw('{"id": "chatcmpl-1", "choi'), "not a chat completion: not JSON", False),
+    "html-page": (lambda body: raw("<html>Bad gateway</html>", content_type="text/html"),
+                  "not a chat completion", False),
+    "every-answer-malformed": (lambda body: "", "malformed answer after 1 tries", True),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING_MODELS))
+def test_a_run_that_generates_nothing_is_an_error_and_leaves_no_corpus(world, case):
+    """Exit 2, one error line naming the stage, the count and the first error (a body that is
+    not JSON was a JSONDecodeError traceback; answers all malformed exited 0 with a corpus of
+    failures); no corpus folder left (a cache only when some answer came, and then named)."""
+    tmp_path, items = world
+    script, named, answered = FAILING_MODELS[case]
+    out = tmp_path / "corpus"
+    argv = ["generate", "paragraph", "--input", items, "--out", out]
+
+    def fast(url):
+        return ["--set", *(f"roles.{r}.{k}={v}" for r in ("captioner", "judge")
+                           for k, v in (("base_url", url), ("max_retries", 0), ("reasks", 0), ("timeout", 1)))]
+
+    if script is None:
+        code, printed, err = run_vlr([*argv, *fast(CLOSED)], cwd=tmp_path)
+    else:
+        with FakeOpenAI(script) as server:
+            code, printed, err = run_vlr([*argv, *fast(server.url)], cwd=tmp_path)
+    shown = f"\nstdout:\n{printed}\nstderr:\n{err}"
+    assert code == 2 and "Traceback" not in err, shown
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.splitlines()[-1] == errors[0], shown
+    assert errors[0].startswith("error: stage texts, part 0: all 3 requests failed") and named in errors[0], shown
+    assert "nothing was written for this part: check roles.captioner" in errors[0]
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert left == (["llm-cache.sqlite"] if answered else []), shown
+    assert ("llm-cache.sqlite" in errors[0]) == answered

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -70,7 +71,8 @@ def test_a_file_that_is_not_a_cache_is_refused_by_name(tmp_path):
 def _open_at_once(path, barrier, results):
     barrier.wait()
     try:
-        ChatCache(path, timeout=30).close()
+        with ChatCache(path, timeout=30) as cache:  # the file is created by the first answer stored
+            cache.put(f"key-{os.getpid()}", {}, "answer")
         results.put("ok")
     except Exception as e:  # reported to the parent, which asserts on it
         results.put(repr(e))
@@ -91,6 +93,35 @@ def test_processes_opening_a_new_cache_at_once_all_get_it(tmp_path):
         for w in workers:
             w.join(60)
         assert [results.get(timeout=5) for _ in workers] == ["ok"] * 6, trial
+        with ChatCache(path) as cache:
+            assert len(cache) == 6
+
+
+def test_the_file_is_created_by_the_first_answer_stored(tmp_path):
+    """A run that receives no answer (the endpoint down) leaves neither the file nor its folder."""
+    path = tmp_path / "out" / "llm-cache.sqlite"
+    with ChatCache(path) as cache:
+        assert cache.get("k") is None and len(cache) == 0
+    assert not (tmp_path / "out").exists()
+    with ChatCache(path) as cache:
+        cache.put("k", {}, "an answer")
+    assert path.is_file()
+    with ChatCache(path) as cache:
+        assert cache.get("k") == "an answer"
+
+
+def test_a_file_written_by_another_process_after_opening_is_read(tmp_path):
+    path = tmp_path / "llm-cache.sqlite"
+    with ChatCache(path) as late, ChatCache(path) as early:
+        assert late.get("k") is None
+        early.put("k", {}, "answer")
+        assert late.get("k") == "answer" and len(late) == 1
+
+
+def test_a_cache_that_could_not_be_created_is_refused_at_once(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UserError, match=r"cannot create the chat cache there: .*a-file is a file"):
+        ChatCache(tmp_path / "a-file" / "llm-cache.sqlite")
 
 
 def test_a_cache_locked_longer_than_the_timeout_is_named_as_locked(tmp_path):

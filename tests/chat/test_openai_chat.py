@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("openai")
 
-from _fake_openai import FakeOpenAI, answer, drop, error, in_order
+from _fake_openai import FakeOpenAI, answer, drop, error, in_order, raw
 
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.chat import (
@@ -122,6 +122,24 @@ def test_a_bad_request_is_not_retried():
         result = client.complete(user("x"))
     assert result.error == "HTTP 400: context too long (not retried)"
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("body, content_type, what, shown", [
+    ('{"id": "chatcmpl-1", "choi', "application/json", "not JSON (Unterminated string", '{"id": "chatcmpl-1"'),
+    ("<html><body>502 Bad\n Gateway</body></html>", "text/html", "not JSON", "<html><body>502 Bad Gateway"),
+    ('{"detail": "Not Found"}', "application/json", "JSON without choices", "Not Found"),
+], ids=["cut-json", "html-page", "json-not-a-completion"])
+def test_an_answer_that_is_not_a_chat_completion_fails_that_request_by_name(body, content_type, what, shown):
+    """A proxy's page, a cut body, another API's JSON: a counted failure naming the body and the
+    URL, not retried and never a traceback (json.JSONDecodeError used to escape complete_many)."""
+    with FakeOpenAI(in_order(raw(body, content_type=content_type))) as server, \
+            client_for(server, max_retries=3) as client:
+        results = client.complete_many([user("a"), user("b")])
+    assert [r.ok for r in results] == [False, False] and results[0].text is None
+    error_text = results[0].error
+    assert error_text.startswith(f"the endpoint's answer is not a chat completion: {what}")
+    assert shown in error_text.split("starting ", 1)[1] and server.url in error_text
+    assert len(server.requests) == 2 and client.summary.failures == 2 and client.summary.retries == 0
 
 
 def test_a_refused_key_stops_the_run_and_the_message_hides_the_key():

@@ -19,7 +19,7 @@ from _scripted_models import write_images  # noqa: E402
 from vlr_plugins.chat.cache import ChatCache  # noqa: E402
 from vlr_plugins.chat.request import ChatRequest  # noqa: E402
 from vlr_plugins.chat.transformers_chat import TransformersChatBackend  # noqa: E402
-from vlr_plugins.errors import ConfigError  # noqa: E402
+from vlr_plugins.errors import ConfigError, UserError  # noqa: E402
 from vlr_plugins.generate.parsing import parse_score_answer  # noqa: E402
 from vlr_plugins.generate.pipeline import load_pipeline  # noqa: E402
 from vlr_plugins.generate.runner import generate_corpus  # noqa: E402
@@ -89,23 +89,27 @@ def test_the_paragraph_pipeline_on_the_tiny_model(tiny, tmp_path):
     b = backend(tiny, batch_size=8, reasks=0)
     with pytest.raises(ConfigError, match="roles.captioner.model is 'Qwen/Qwen2-VL-7B-Instruct'"):
         generate_corpus(load_pipeline("paragraph"), items, tmp_path / "other", backends={"captioner": b, "judge": b})
-    result = generate_corpus(pipeline, items, tmp_path / "corpus", backends={"captioner": b, "judge": b})
-    assert result["complete"]
-    corpus = [json.loads(line) for line in (tmp_path / "corpus" / "corpus.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in corpus] == ["r0", "r1", "r2"]
-    for r in corpus:
+    out = tmp_path / "corpus"
+    result = generate_corpus(pipeline, items, out, stages=["texts"], backends={"captioner": b, "judge": b})
+    assert not result["complete"] and result["failed_records"] == 3
+    texts = [json.loads(line) for line in (out / "stages" / "texts" / "part-000000.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in texts] == ["r0", "r1", "r2"]
+    for r in texts:
         failed = {(f["stage"], f["prompt"]) for f in r["failures"]}
         # nonsense is not a list of five: the lists are empty and their failures recorded
         for name in ("positives", "hard_negatives"):
             assert (r[name] == []) == (("texts", name) in failed)
         for f in r["failures"]:
             assert set(f) >= {"stage", "prompt", "error", "answer"} and f["error"]
-        for a in r["attempts"]:
-            scored = a["score"] is not None
-            assert scored or a["paragraph"] is None or any(f.get("attempt") == a["attempt"] and f["prompt"] == "score"
-                                                           for f in r["failures"])
-        assert r["generated_by"]["paragraph"] == "tiny-qwen2-vl"
+        assert r["generated_by"]["paragraph"] == "tiny-qwen2-vl" and r["attempts"][0]["paragraph"]
     assert result["backends"]["captioner"]["backend"] == "transformers"
+    # the random judge's nonsense is no score: the stage scores nothing, so the run stops at its
+    # first part (the part is not written), naming the stage, the role and the model's answer
+    with pytest.raises(UserError, match=r"stage score-1, part 0: all 3 requests failed and no part of the stage is "
+                                        r"written yet \(the first: record 'r0', prompt score: malformed answer "
+                                        r".*check roles.judge"):
+        generate_corpus(pipeline, items, out, backends={"captioner": b, "judge": b})
+    assert not (out / "stages" / "score-1" / "part-000000.jsonl").exists()
 
 
 def test_a_saved_model_folder_loads_as_the_mllm_package_loads_it(tiny, tmp_path):

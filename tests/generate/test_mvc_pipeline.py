@@ -48,6 +48,9 @@ def test_records_field_by_field(inputs, tmp_path):
     out = tmp_path / "mvc"
     result, server = run(inputs, out)
     assert result["complete"]
+    # the bad and the missing video carry failures (kept in the corpus); the good one none
+    assert result["failed_records"] == 2 and result["records_run"] == 3
+    assert (result["first_failure"]["id"], result["first_failure"]["stage"]) == ("v1", "caption-2")  # part 0 first
     written = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
     # on disk: the views at the top, the audit keys under meta (which the MVC reader ignores)
     for r in written:

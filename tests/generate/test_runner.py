@@ -161,3 +161,61 @@ def test_an_unreachable_endpoint_writes_no_part_of_failures(inputs, tmp_path):
                                         r"connection failed.*check roles.captioner"):
         generate_corpus(pipeline, inputs, out)
     assert not (out / "stages" / "texts").exists() or not list((out / "stages" / "texts").iterdir())
+
+
+def _judge_refuses(captions):
+    """The paragraph models, with a judge that answers no score for the paragraphs of ``captions``."""
+    models = ParagraphModels(glitches=False)
+
+    def script(body):
+        text = json.dumps(body)
+        if "You are a strict evaluator" in text and any(f"A photo of {c}," in text for c in captions):
+            return "I would rather not say."
+        return models(body)
+    return script
+
+
+def test_a_stage_that_answers_nothing_usable_stops_at_its_first_part(inputs, tmp_path):
+    """Every score malformed: the run stops at score-1's first part, naming the first error and
+    the cache; the texts part already written stays for the rerun, score-1 has no part."""
+    out = tmp_path / "corpus"
+    with FakeOpenAI(_judge_refuses(CAPTIONS)) as server:
+        with pytest.raises(UserError) as stopped:
+            generate_corpus(load_pipeline("paragraph", overrides(server.url)), inputs, out)
+    message = str(stopped.value)
+    assert message.startswith("stage score-1, part 0: all 2 requests failed and no part of the stage is written "
+                              "yet (the first: record 'r0', prompt score: malformed answer after 3 tries: ")
+    assert "check roles.judge" in message and f"kept in {out / 'llm-cache.sqlite'}" in message
+    assert (out / "stages" / "texts" / "part-000000.jsonl").exists()
+    assert not (out / "stages" / "score-1").exists() or not list((out / "stages" / "score-1").iterdir())
+
+
+def test_a_later_part_whose_every_request_failed_is_written_with_its_failures(inputs, tmp_path):
+    """Once a stage has written parts it works: a part whose records all fail there is written
+    with the failures (a bad part cannot keep the run from finishing), and counted."""
+    out = tmp_path / "corpus"
+    with FakeOpenAI(_judge_refuses(["a bowl of soup", "a kite"])) as server:  # part 1 of 4
+        result = generate_corpus(load_pipeline("paragraph", overrides(server.url)), inputs, out)
+    assert result["complete"] and result["records_run"] == len(CAPTIONS)
+    records = {json.loads(line)["id"]: json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()}
+    failed = sorted(rid for rid, r in records.items() if r["failures"])
+    assert failed == ["r2", "r3"] and result["failed_records"] == 2
+    first = result["first_failure"]  # the first stage's first: the kite's four positives
+    assert (first["id"], first["stage"], first["prompt"]) == ("r3", "texts", "positives")
+    assert first["error"] == "malformed answer after 3 tries: expected 5 captions, found 4"
+    assert [f["stage"] for f in records["r2"]["failures"]][:1] == ["score-1"]
+
+
+def test_a_run_stopped_before_any_part_leaves_no_folder(inputs, tmp_path):
+    role = {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0}
+    pipeline = load_pipeline("paragraph", {"roles": {"captioner": role, "judge": role}})
+    out = tmp_path / "corpus"
+    with pytest.raises(UserError, match="without an answer"):
+        generate_corpus(pipeline, inputs, out)
+    assert not out.exists()
+    # a folder that was there (an earlier run's) keeps what it holds
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="without an answer"):
+        generate_corpus(pipeline, inputs, out)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "pipeline.yaml", "run.json"]

@@ -40,6 +40,10 @@ class ChatCache:
     seconds) may share one file. Each row keeps the request (model, messages, params)
     next to the answer, so the file can be read to see what a judge was asked.
 
+    The file is created with the first answer stored, so that a run which received none
+    (an endpoint down, a wrong URL) leaves no empty cache behind; a file already there is
+    opened, and refused if it is not a cache, at once.
+
     The cache never holds an API key: keys are not part of a request.
 
     Example::
@@ -52,21 +56,43 @@ class ChatCache:
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 60.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
         self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if self.path.exists():  # a file that is not a cache is refused now, not at the first answer
+            self._connect()
+        else:
+            self._check_creatable()
+
+    def _check_creatable(self) -> None:
+        """Refuse now a path where the file could not be created at the first answer."""
+        existing = self.path.parent
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UserError(f"{self.path}: cannot create the chat cache there: {existing} is a file")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(f"{self.path}: cannot create the chat cache there: {existing} is not writable")
+
+    def _connect(self) -> sqlite3.Connection:
+        """The connection, opened (and the file created) on first need: a run that receives no
+        answer leaves no file behind. Called with ``_lock`` held, or from ``__init__``."""
+        if self._db is not None:
+            return self._db
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         # several processes opening a new file at once: switching it to WAL can fail at once
         # with "database is locked" (SQLite does not wait there), so the opening is retried
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.timeout
         while True:
             try:
-                self._db = self._open(timeout)
-                return
+                self._db = self._open(self.timeout)
+                return self._db
             except sqlite3.OperationalError as e:
                 if not _is_busy(e):
                     raise self._not_a_cache(e) from None
                 if time.monotonic() >= deadline:
                     raise UserError(f"{self.path}: the chat cache stayed locked by another process for "
-                                    f"{timeout:g} s ({e}); is another run writing it?") from None
+                                    f"{self.timeout:g} s ({e}); is another run writing it?") from None
                 time.sleep(random.uniform(0.01, 0.1))
             except sqlite3.DatabaseError as e:
                 raise self._not_a_cache(e) from None
@@ -91,23 +117,29 @@ class ChatCache:
     def get(self, key: str) -> str | None:
         """The answer stored under ``key``, or ``None``."""
         with self._lock:
-            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
+            if self._db is None and not self.path.exists():  # nothing stored yet (by any process)
+                return None
+            row = self._connect().execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
 
     def put(self, key: str, request: Mapping[str, Any], answer: str) -> None:
         """Store ``answer`` for ``key`` (committed before returning); a second put replaces it."""
         payload = json.dumps(request, ensure_ascii=False, sort_keys=True)
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO answers (key, request, answer, created) "
-                             "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
+            self._connect().execute("INSERT OR REPLACE INTO answers (key, request, answer, created) "
+                                    "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
 
     def __len__(self) -> int:
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+            if self._db is None and not self.path.exists():
+                return 0
+            return self._connect().execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __enter__(self) -> ChatCache:
         return self

@@ -3,6 +3,7 @@ llama.cpp's server ...), built on the ``openai`` package: concurrent, retried, c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: sampling parameters of OpenAI-compatible servers that the OpenAI API itself lacks
 _EXTRA_BODY = frozenset({"top_k", "min_p", "repetition_penalty", "chat_template_kwargs", "mm_processor_kwargs"})
+#: characters of a body that is not a chat completion shown in the failure
+_SHOWN_BODY = 80
 #: statuses that say every request will fail the same way: stop the run
 _FATAL = {401: "the key was refused", 403: "the key may not use this model",
           404: "no such model or URL (an OpenAI-compatible base URL usually ends in /v1)"}
@@ -233,6 +236,12 @@ class OpenAIChatClient:
             except openai.APIConnectionError as e:
                 kind = "timed out" if isinstance(e, openai.APITimeoutError) else "connection failed"
                 problem = f"{kind}: {self._scrub(str(e))}"
+            except json.JSONDecodeError as e:  # a 200 whose body is not JSON (a proxy's page, a cut body)
+                raise _CallFailed(self._not_a_completion(f"not JSON ({e.msg}: line {e.lineno} column {e.colno})",
+                                                         e.doc)) from None
+            except openai.APIResponseValidationError as e:
+                raise _CallFailed(self._not_a_completion("not the JSON of a chat completion",
+                                                         getattr(e, "body", None))) from None
             else:
                 return self._text_of(response)
             if attempt == self._policy.max_retries:
@@ -245,14 +254,29 @@ class OpenAIChatClient:
         raise AssertionError("unreachable")
 
     def _text_of(self, response: Any) -> str:
+        if isinstance(response, (str, bytes)):  # a body the library could not read as JSON, given as text
+            raise _CallFailed(self._not_a_completion("not JSON", response))
         choices = getattr(response, "choices", None)
         if not choices:
-            raise _CallFailed("the endpoint answered without a choice")
+            raise _CallFailed(self._not_a_completion("JSON without choices", _dumped(response)))
+        message = getattr(choices[0], "message", None)
+        if message is None:
+            raise _CallFailed(self._not_a_completion("a choice without a message", _dumped(response)))
         usage = getattr(response, "usage", None)
         if usage is not None:
-            self.summary.add(prompt_tokens=usage.prompt_tokens or 0,
-                             completion_tokens=usage.completion_tokens or 0)
-        return choices[0].message.content or ""
+            self.summary.add(prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                             completion_tokens=getattr(usage, "completion_tokens", 0) or 0)
+        return getattr(message, "content", None) or ""
+
+    def _not_a_completion(self, what: str, body: Any) -> str:
+        """Why an answer of status 200 is no chat completion, with the start of its body (not
+        retried: a server that answers so answers every request so)."""
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else "" if body is None else str(body)
+        text = " ".join(text.split())
+        start = f"{text[:_SHOWN_BODY]}{'...' if len(text) > _SHOWN_BODY else ''}"
+        where = self.settings.base_url or "the default OpenAI URL"
+        return (f"the endpoint's answer is not a chat completion: {what}, starting {self._scrub(start)!r} "
+                f"(not retried; is {where} the server's OpenAI-compatible URL, usually ending in /v1?)")
 
     def _scrub(self, text: str) -> str:
         """``text`` with the key replaced, for text an endpoint or a library echoed back."""
@@ -267,6 +291,15 @@ def _openai_kwargs(sampling: Mapping[str, Any]) -> dict[str, Any]:
     if extra:
         kwargs["extra_body"] = {**kwargs.get("extra_body", {}), **extra}
     return kwargs
+
+
+def _dumped(response: Any) -> str:
+    """A parsed answer as the JSON it came from, for a message."""
+    dump = getattr(response, "model_dump_json", None)
+    try:
+        return dump(exclude_unset=True) if callable(dump) else str(response)
+    except Exception:  # a model the library built half: show what it holds
+        return str(response)
 
 
 def _status_message(e: Exception) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins.chat.media import image_part
-from vlr_plugins.errors import ConfigError
+from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.generate.parsing import parse_list_answer, parse_score_answer, parse_text_answer
 from vlr_plugins.generate.stage import Stage, StepContext, failure_entry
 
@@ -114,6 +114,22 @@ def _regenerate(record: dict[str, Any], ctx: StepContext):
     return record
 
 
+def _place(path: str | os.PathLike[str], index: int) -> tuple[int | None, str]:
+    """Where the ``index``-th record of an input file is, as its reader counts: the line of a
+    JSON Lines file (blank lines skipped), the 0-based row of a Parquet file; ``None`` for a
+    CSV/TSV file (a quoted field may span lines), whose message names the id instead."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        from vlr_plugins.data._text_files import json_lines
+
+        for n, (line_no, _) in enumerate(json_lines(path)):
+            if n == index:
+                return line_no, "line"
+    if suffix == ".parquet":
+        return index, "row"
+    return None, "line"
+
+
 class ParagraphPipeline:
     """The ``paragraph`` kind: prompts, options, stages, its input records and its output check."""
 
@@ -164,13 +180,22 @@ class ParagraphPipeline:
                    options: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Input records ``{id, caption, image}`` through the training reader
         (:func:`~vlr_plugins.data.read_paragraph_samples`, so its checks and messages):
-        JSON Lines, Parquet or CSV/TSV; image paths relative to the file's folder."""
+        JSON Lines, Parquet or CSV/TSV; image paths relative to the file's folder. An image
+        file that is not there is refused here, before any call (every backend reads the
+        image on this machine), naming the file, the line (or row) and the key."""
         from vlr_plugins.data.sample import read_paragraph_samples
 
         media_key = keys.get("media", "image")
         root = keys.get("media_root") or Path(path).resolve().parent
-        for s in read_paragraph_samples(path, media_key=media_key, media_root=root,
-                                        caption_key=keys.get("caption", "caption")):
+        samples = read_paragraph_samples(path, media_key=media_key, media_root=root,
+                                         caption_key=keys.get("caption", "caption"))
+        for i, s in enumerate(samples):
+            if not os.path.isfile(s.media):
+                record, kind = _place(path, i)
+                where = "" if record is not None else f" (the record with id {s.id!r})"
+                raise DataFormatError(path, f"no such image file: {s.media}{where}", record=record,
+                                      field=media_key, record_kind=kind)
+        for s in samples:
             yield {"id": s.id, "caption": s.caption, "image": s.media, "failures": [], "generated_by": {}}
 
     def check_record(self, record: dict[str, Any], path: str | os.PathLike[str], line: int) -> None:

@@ -22,6 +22,7 @@ A pipeline is a YAML file (the shipped ones in ``recipes/generate/``; docs/gener
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
 import os
@@ -138,8 +139,10 @@ def load_pipeline(name_or_path: str | os.PathLike[str], overrides: Mapping[str, 
         raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a pipeline file holds a mapping, found {type(raw).__name__}")
+    file_roles = raw.get("roles")
     raw = _merge(raw, overrides or {})
     where = f"{path}{' (with --set)' if overrides else ''}"
+    _refuse_unknown_roles(overrides, file_roles, raw, where)
     unknown = sorted(set(raw) - set(_TOP))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(_TOP)})")
@@ -171,6 +174,26 @@ def load_pipeline(name_or_path: str | os.PathLike[str], overrides: Mapping[str, 
     name = str(vlr.get("name") or path.stem) if isinstance(vlr, Mapping) else path.stem
     return Pipeline(name=name, kind=kind, source=str(path), seed=seed, records_per_part=per_part, input=dict(keys),
                     roles=roles, prompts=prompts, options=options, stages=stages, raw=raw)
+
+
+def _refuse_unknown_roles(overrides: Mapping[str, Any] | None, file_roles: Any, raw: Mapping[str, Any],
+                          where: str) -> None:
+    """A role that ``--set`` names but the file lacks is a typo (``roles.captionr.base_url=...``),
+    unless a prompt is set to use it (a role added on purpose): refused, naming the close ones."""
+    given = (overrides or {}).get("roles")
+    if not isinstance(given, Mapping) or not isinstance(file_roles, Mapping):
+        return
+    prompts = raw.get("prompts")
+    prompts = prompts if isinstance(prompts, Mapping) else {}
+    used = {p.get("role") for p in prompts.values() if isinstance(p, Mapping)}
+    for name in given:
+        if name in file_roles or name in used:
+            continue
+        known = [str(r) for r in file_roles]
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise ConfigError(f"{where}: roles.{name}: unknown role (the pipeline's roles: {', '.join(known)}; a new "
+                          f"role needs a prompt that uses it){hint}")
 
 
 def _prompts(raw: Any, kind: Any, roles: Mapping[str, Any], folder: Path, where: str) -> dict[str, PromptSpec]:

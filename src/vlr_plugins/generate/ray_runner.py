@@ -47,7 +47,7 @@ class _PartWorker:
         self.run.run = self.run.folder.read_run()
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, list[Any]]:
-        parts, records, seconds = [], [], []
+        parts, records, seconds, failures = [], [], [], []
         for k, payload in zip(batch["part"], batch["records"]):
             start = time.monotonic()
             items = json.loads(payload)
@@ -55,7 +55,9 @@ class _PartWorker:
             parts.append(int(k))
             records.append(max((s["records"] for s in stats.values()), default=0))
             seconds.append(time.monotonic() - start)
-        return {"part": parts, "records": records, "seconds": seconds}
+            failures.append(json.dumps({s: {"failed": v["failed"], "first_failure": v["first_failure"]}
+                                        for s, v in stats.items()}))
+        return {"part": parts, "records": records, "seconds": seconds, "failures": failures}
 
     def __del__(self) -> None:
         try:
@@ -83,10 +85,25 @@ def generate_corpus_ray(pipeline: Any, input_path: str | os.PathLike[str], out: 
     """
     ray = _import_ray()
     from vlr_plugins.generate.pipeline import Pipeline, load_pipeline
-    from vlr_plugins.generate.runner import CorpusRun
+    from vlr_plugins.generate.runner import discard_unstarted
 
     pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
-    report = report or print
+    created = not os.path.exists(out)
+    try:
+        return _generate_ray(ray, pipeline, input_path, out, stages=stages, cache=cache, merge=merge, limit=limit,
+                             address=address, workers=workers, num_gpus=num_gpus, report=report or print)
+    except Exception:
+        if created:
+            discard_unstarted(out)
+        raise
+
+
+def _generate_ray(ray: Any, pipeline: Any, input_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                  stages: Sequence[str] | None, cache: str | os.PathLike[str] | None, merge: bool, limit: int | None,
+                  address: str | None, workers: int | None, num_gpus: float | None,
+                  report: Callable[[str], None]) -> dict[str, Any]:
+    from vlr_plugins.generate.runner import CorpusRun, FailureCount
+
     with CorpusRun(pipeline, input_path, out, cache=cache, limit=limit) as run:
         info = run.prepare(stages)
         names = list(stages or info["stages"])
@@ -103,7 +120,7 @@ def generate_corpus_ray(pipeline: Any, input_path: str | os.PathLike[str], out: 
         if workers is None:
             workers = int(resources.get("GPU", 0) // num_gpus) if num_gpus else int(resources.get("CPU", 1))
         workers = max(1, min(workers, len(rows) or 1))
-        start, done_records, done_parts = time.monotonic(), 0, 0
+        start, done_records, done_parts, failures = time.monotonic(), 0, 0, FailureCount()
         if rows:
             dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
             results = dataset.map_batches(
@@ -115,6 +132,7 @@ def generate_corpus_ray(pipeline: Any, input_path: str | os.PathLike[str], out: 
             for row in results.iter_rows():
                 done_parts += 1
                 done_records += int(row["records"])
+                failures.add(json.loads(row["failures"]))
                 elapsed = time.monotonic() - start
                 report(f"part {int(row['part']) + 1}/{info['input']['parts']} done on Ray: {done_parts}/{len(rows)} "
                        f"parts, {done_records / elapsed if elapsed > 0 else 0.0:.2f} records/s over {workers} workers")
@@ -123,4 +141,5 @@ def generate_corpus_ray(pipeline: Any, input_path: str | os.PathLike[str], out: 
         manifest = run.finalize(merge) if complete else None
         return {"out": str(run.folder.root), "records": info["input"]["records"], "parts": info["input"]["parts"],
                 "parts_run": done_parts, "records_per_s": done_records / elapsed if elapsed > 0 and done_records else 0.0,
-                "complete": complete, "manifest": manifest, "backends": {}, "workers": workers}
+                "complete": complete, "manifest": manifest, "backends": {}, "workers": workers,
+                "records_run": done_records, **failures.as_dict()}

@@ -13,9 +13,11 @@ whichever worker sees the last part written merges the corpus and writes the man
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +33,7 @@ from vlr_plugins.generate.corpus import CorpusFolder
 from vlr_plugins.generate.driver import run_step
 from vlr_plugins.generate.pipeline import Pipeline, load_pipeline
 
-__all__ = ["CorpusRun", "generate_corpus"]
+__all__ = ["CorpusRun", "FailureCount", "discard_unstarted", "generate_corpus"]
 
 log = logging.getLogger(__name__)
 _RUN_FORMAT = "vlr-generate-run"
@@ -146,12 +148,15 @@ class CorpusRun:
         return self._backends[role]
 
     def process_part(self, k: int, input_records: Callable[[], list[dict[str, Any]]],
-                     stages: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+                     stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """Run the stages (all, or those named) that part ``k`` lacks; returns, per stage
-        run, ``{"records", "seconds"}``. A stage reads the part the stage before it wrote."""
+        run, ``{"records", "seconds", "failed": the ids of records with a failure of this
+        stage, "first_failure": the first (``{"id", "stage", "prompt", "error", ...}``) or
+        None}``. A stage reads the part the stage before it wrote. A stage whose every
+        request failed raises instead of writing (:meth:`_refuse_all_failed`)."""
         selected = set(stages or [s.name for s in self.pipeline.stages])
         kind = self.pipeline.kind
-        done: dict[str, dict[str, float]] = {}
+        done: dict[str, dict[str, Any]] = {}
         records: list[dict[str, Any]] | None = None
         for j, stage in enumerate(self.pipeline.stages):
             if stage.name not in selected or self.folder.has_part(stage.name, k):
@@ -170,15 +175,52 @@ class CorpusRun:
             backend = self.backend(stage.role)
             asked = backend.summary.as_dict()
             records = run_step(records, stage, self.pipeline.context(stage), backend)
-            _refuse_unanswered(records, stage, k, asked, backend.summary.as_dict())
+            self._refuse_all_failed(records, stage, k, asked, backend.summary.as_dict())
+            failed = _new_failures(records, stage.name)
             path = self.folder.part(stage.name, k)
             for line, record in enumerate(records, start=1):
                 kind.check_record(record, path, line)
             self.folder.write_part(stage.name, k, [kind.pack(r) for r in records], kind.fields)
             # the next stage reads what was written, as a rerun would
             records = [kind.unpack(r) for r in self.folder.read_part(stage.name, k)]
-            done[stage.name] = {"records": len(records), "seconds": time.monotonic() - start}
+            done[stage.name] = {"records": len(records), "seconds": time.monotonic() - start,
+                                "failed": sorted({rid for rid, _ in failed}),
+                                "first_failure": {"id": failed[0][0], **failed[0][1]} if failed else None}
         return done
+
+    def _refuse_all_failed(self, records: list[dict[str, Any]], stage: Any, k: int, before: dict[str, int],
+                           after: dict[str, int]) -> None:
+        """Raise rather than write a part of a stage whose every request failed:
+
+        - without any answer, for a reason of the endpoint (down, unreachable, timing out, a
+          body that is not a chat completion): always, since such a part would hold only
+          failures and a rerun would skip it;
+        - for any reason (answers still malformed after the re-asks, media that cannot be
+          read), while no part of the stage is written yet: the stage generates nothing
+          (another model than the prompts expect, too few ``max_tokens``), and stopping
+          at its first part costs one part, not the run. Later, such a part is written
+          with its recorded failures, so that one bad part cannot keep a run from finishing.
+        """
+        requests, failures = after["requests"] - before["requests"], after["failures"] - before["failures"]
+        if not requests or failures < requests:
+            return
+        new = _new_failures(records, stage.name)
+        first = f"record {new[0][0]!r}, prompt {new[0][1].get('prompt')}: {new[0][1].get('error')}" if new else "?"
+        if new and all(f.get("answer") is None and not str(f.get("error", "")).startswith("cannot") for _, f in new):
+            raise UserError(f"stage {stage.name}, part {k}: all {requests} requests failed without an answer "
+                            f"(the first: {new[0][1]['error']}); nothing was written for this part: check "
+                            f"roles.{stage.role} (base_url, the server, the network) and run again")
+        parts = self.run["input"]["parts"] if self.run else k + 1
+        if len(self.folder.missing_parts(stage.name, parts)) < parts:
+            return
+        cached = ""
+        if self.cache_path is not None and Path(self.cache_path).exists():
+            cached = (f"; the answers received are kept in {self.cache_path} (a rerun reads them again: "
+                      "remove it, or give --no-cache, to ask anew)")
+        raise UserError(f"stage {stage.name}, part {k}: all {requests} requests failed and no part of the "
+                        f"stage is written yet (the first: {first}); nothing was written for this part: check "
+                        f"roles.{stage.role} (the model it serves, the prompts, their sampling) and run "
+                        f"again{cached}")
 
     def complete(self) -> bool:
         parts = self.run["input"]["parts"]
@@ -204,20 +246,43 @@ class CorpusRun:
         self.close()
 
 
-def _refuse_unanswered(records: list[dict[str, Any]], stage: Any, k: int, before: dict[str, int],
-                       after: dict[str, int]) -> None:
-    """Raise rather than write a part whose every request failed without any answer for a
-    reason of the endpoint (down, unreachable, timing out): such a part would hold only
-    failures, and a rerun would skip it. A request whose own media cannot be read fails
-    alone and is recorded (``cannot ...``); a malformed answer is an answer."""
-    requests, failures = after["requests"] - before["requests"], after["failures"] - before["failures"]
-    if not requests or failures < requests:
+def _new_failures(records: list[dict[str, Any]], stage: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(record id, failure)`` for each failure ``stage`` recorded, in the records' order."""
+    return [(str(r.get("id")), f) for r in records for f in (r.get("failures") or []) if f.get("stage") == stage]
+
+
+def discard_unstarted(root: str | os.PathLike[str]) -> None:
+    """After a run that created ``root`` stopped before any part was written: remove what it
+    wrote there (``run.json``, ``pipeline.yaml``, ``progress/``), and ``root`` when nothing
+    else is left. A cache that holds answers stays (it is created with the first one)."""
+    root = Path(root)
+    stages = root / "stages"
+    if not root.is_dir() or (stages.exists() and any(p.is_file() for p in stages.rglob("*"))):
         return
-    new = [f for r in records for f in (r.get("failures") or []) if f.get("stage") == stage.name]
-    if new and all(f.get("answer") is None and not str(f.get("error", "")).startswith("cannot") for f in new):
-        raise UserError(f"stage {stage.name}, part {k}: all {requests} requests failed without an answer "
-                        f"(the first: {new[0]['error']}); nothing was written for this part: check roles.{stage.role} "
-                        "(base_url, the server, the network) and run again")
+    for name in ("run.json", "pipeline.yaml"):
+        with contextlib.suppress(FileNotFoundError):
+            (root / name).unlink()
+    for folder in (root / "progress", stages):
+        shutil.rmtree(folder, ignore_errors=True)
+    if not any(root.iterdir()):
+        root.rmdir()
+
+
+class FailureCount:
+    """The records of a run that carry a failure, from :meth:`CorpusRun.process_part`'s stats."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.first: dict[str, Any] | None = None
+
+    def add(self, stats: Mapping[str, Mapping[str, Any]]) -> None:
+        """One part's stats (stage -> ``{"failed": ids, "first_failure"}``)."""
+        self.records += len({rid for s in stats.values() for rid in s.get("failed", ())})
+        if self.first is None:
+            self.first = next((s["first_failure"] for s in stats.values() if s.get("first_failure")), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"failed_records": self.records, "first_failure": self.first}
 
 
 def _check_same(earlier: dict[str, Any], now: dict[str, Any], where: Path) -> None:
@@ -245,7 +310,12 @@ def generate_corpus(pipeline: Pipeline | str | os.PathLike[str], input_path: str
     ``report`` (one line per part: records, records/s) and to ``OUT/progress/``.
 
     Returns ``{"out", "records", "parts", "parts_run", "records_per_s", "complete",
-    "manifest" (or None), "backends"}``.
+    "manifest" (or None), "backends", "records_run", "failed_records", "first_failure"}``:
+    ``failed_records`` counts the records this run generated that carry a failure (they are
+    in the corpus with it), ``first_failure`` is the first of them (``{"id", "stage",
+    "prompt", "error", ...}``) or ``None``. A stage whose every request of a part failed
+    stops the run (:meth:`CorpusRun.process_part`); a run stopped before it wrote any part
+    leaves no corpus folder behind (only a cache that holds answers).
 
     Example::
 
@@ -258,6 +328,21 @@ def generate_corpus(pipeline: Pipeline | str | os.PathLike[str], input_path: str
     if shard_index >= shard_count:
         raise ConfigError(f"shard_index: expected 0 .. {shard_count - 1} (shard_count {shard_count}), "
                           f"found {shard_index}")
+    # a folder of a job array's shards is shared: only a run on its own cleans up after itself
+    created = shard_count == 1 and not Path(out).exists()
+    try:
+        return _generate(pipeline, input_path, out, stages=stages, shard_index=shard_index, shard_count=shard_count,
+                         cache=cache, merge=merge, limit=limit, backends=backends, report=report)
+    except Exception:
+        if created:
+            discard_unstarted(out)  # no corpus folder of nothing left behind
+        raise
+
+
+def _generate(pipeline: Pipeline | str | os.PathLike[str], input_path: str | os.PathLike[str],
+              out: str | os.PathLike[str], *, stages: Sequence[str] | None, shard_index: int, shard_count: int,
+              cache: str | os.PathLike[str] | None, merge: bool, limit: int | None,
+              backends: Mapping[str, Any] | None, report: Callable[[str], None] | None) -> dict[str, Any]:
     with CorpusRun(pipeline, input_path, out, cache=cache, backends=backends, limit=limit, report=report) as run:
         info = run.prepare(stages)
         parts = info["input"]["parts"]
@@ -279,10 +364,12 @@ def generate_corpus(pipeline: Pipeline | str | os.PathLike[str], input_path: str
                 return buffered.pop(k)
             return read
 
+        failures = FailureCount()
         for k in sorted(todo):
             stats = run.process_part(k, input_of(k), names)
             parts_run += 1
             records_done += max((s["records"] for s in stats.values()), default=0)
+            failures.add(stats)
             elapsed = time.monotonic() - start
             rate = records_done / elapsed if elapsed > 0 else 0.0
             run.report(f"part {k + 1}/{parts} ({', '.join(stats) or 'nothing to do'}): "
@@ -297,4 +384,5 @@ def generate_corpus(pipeline: Pipeline | str | os.PathLike[str], input_path: str
         manifest = run.finalize(merge) if complete else None
         return {"out": str(run.folder.root), "records": info["input"]["records"], "parts": parts,
                 "parts_run": parts_run, "records_per_s": records_done / elapsed if elapsed > 0 and records_done else 0.0,
-                "complete": complete, "manifest": manifest, "backends": run.summaries()}
+                "complete": complete, "manifest": manifest, "backends": run.summaries(),
+                "records_run": records_done, **failures.as_dict()}

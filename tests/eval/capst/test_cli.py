@@ -73,3 +73,34 @@ def test_vlr_capst_writes_the_table_and_never_the_key(tmp_path, monkeypatch, cap
                      "--judge-url", server.url, "--judge-model", "judge-x", "--judge-key-env", "CLI_JUDGE_KEY",
                      "--out", str(tmp_path / "out")]) == 0
         assert server.requests == []
+
+
+def test_a_partial_run_writes_the_report_and_exits_1_naming_the_failures(tmp_path, monkeypatch, capsys):
+    """The judge fails every request about one caption: the other videos are scored and
+    reported, the console names the report files (not the table pasted where a path goes),
+    and one error line says how many failed and why, with exit status 1."""
+    from _fake_openai import error
+
+    from vlr_plugins.cli import main
+
+    captions, annotations = _inputs(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+
+    def flaky(body):
+        return error(500, "the judge is down") if "cat sleeps" in json.dumps(body) else judge(body)
+
+    with FakeOpenAI(flaky) as server:
+        code = main(["capst", "--captions", str(captions), "--annotations", str(annotations), "--judge-url",
+                     server.url, "--judge-model", "judge-x", "--max-retries", "0", "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    md = tmp_path / "out" / "capst.md"
+    assert f"results: {md}, {tmp_path / 'out' / 'capst.json'}" in out
+    results_line = next(line for line in out.splitlines() if line.startswith("results:"))
+    assert "|" not in results_line
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: 1 of 3 videos failed and were not scored (the first: video 'v1', extracting events "
+                      f"from the prediction: HTTP 500: the judge is down (after 1 calls)); {md} lists every failure"]
+    result = json.loads((tmp_path / "out" / "capst.json").read_text())
+    assert result["scored"] == 2 and [f["id"] for f in result["failed"]] == ["v1"]
+    assert "- `v1`: extracting events from the prediction: HTTP 500" in md.read_text()

@@ -19,7 +19,7 @@ from vlr_plugins.eval.capst.prompts import (
     prompt_template,
 )
 from vlr_plugins.eval.capst.report import capst_table_markdown, plot_capst_bars, write_capst_report
-from vlr_plugins.eval.capst.run import run_capst
+from vlr_plugins.eval.capst.run import failure_summary, run_capst
 from vlr_plugins.eval.capst.scoring import (
     SCORE_KINDS,
     capst_table,
@@ -42,6 +42,7 @@ __all__ = [
     "evaluate_capst",
     "extraction_messages",
     "f1_score",
+    "failure_summary",
     "judgement_messages",
     "parse_elements",
     "parse_judgement",

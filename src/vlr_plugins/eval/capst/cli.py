@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from vlr_plugins._argtypes import at_least
@@ -16,7 +17,7 @@ def _run(args: argparse.Namespace) -> int:
     from vlr_plugins.chat.request import ChatSettings
     from vlr_plugins.errors import UsageError
     from vlr_plugins.eval.capst.report import capst_table_markdown
-    from vlr_plugins.eval.capst.run import run_capst
+    from vlr_plugins.eval.capst.run import failure_summary, run_capst
 
     if args.benchmark != "carebench":
         raise UsageError("--benchmark", f"CapST scores CaReBench captions; found {args.benchmark!r}")
@@ -35,7 +36,11 @@ def _run(args: argparse.Namespace) -> int:
     print(capst_table_markdown({result["label"]: result}))
     if result.get("unified") is not None:
         print(f"unified score: {result['unified']}")
-    print(f"results: {', '.join(str(p) for p in result['files'].values() if p)}")
+    files = result["files"]
+    print(f"results: {', '.join(str(files[k]) for k in ('markdown', 'json', 'plot') if files.get(k))}")
+    if result["failed"]:  # the report scores the others; the exit status says it is not the whole set
+        print(f"error: {failure_summary(result)}; {files['markdown']} lists every failure", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -46,7 +51,10 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
         description="Extract events and objects from reference and predicted captions with a judge "
                     "LLM behind any OpenAI-compatible endpoint, judge their entailment, and report "
                     "action / object F1 overall and per category (docs/capst.md). The key is read "
-                    "from the environment variable --judge-key-env names, never from the command line.")
+                    "from the environment variable --judge-key-env names, never from the command line. "
+                    "Exit status: 0 every video scored; 1 some videos failed (the report scores the "
+                    "others and lists them); 2 bad input, a refused key/model/URL, or every video failed "
+                    "(nothing written).")
     s.add_argument("--captions", required=True, help="JSON Lines of {id, caption} (e.g. from a captioning run)")
     s.add_argument("--benchmark", default="carebench", help="the benchmark the captions are for (carebench)")
     s.add_argument("--annotations", required=True, help="CaReBench's metadata.json")

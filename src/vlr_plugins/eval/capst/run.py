@@ -11,13 +11,13 @@ from typing import Any
 
 from vlr_plugins.chat.openai_chat import OpenAIChatClient
 from vlr_plugins.chat.request import ChatSettings
-from vlr_plugins.errors import MissingFileError
+from vlr_plugins.errors import MissingFileError, UserError
 from vlr_plugins.eval.capst.evaluate import evaluate_capst
 from vlr_plugins.eval.capst.inputs import read_captions_jsonl, read_carebench_references
 from vlr_plugins.eval.capst.report import write_capst_report
 from vlr_plugins.eval.capst.unified import _retrieval_metrics, unified_score
 
-__all__ = ["run_capst"]
+__all__ = ["failure_summary", "run_capst"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,11 @@ def run_capst(captions: str | os.PathLike[str], annotations: str | os.PathLike[s
     with ``"label"``, ``"judge"`` (the settings, not the key), ``"captions"``,
     ``"annotations"``, ``"unified"`` (or ``None``) and ``"files"``.
 
+    Videos whose requests failed are listed under ``"failed"`` (and in the report); when
+    every video failed, nothing is scored and nothing is written: a
+    :class:`~vlr_plugins.errors.UserError` says how many and the first error (the cache
+    file is there only if some answer was received).
+
     Example::
 
         >>> settings = ChatSettings(model="deepseek-chat", base_url="https://api.deepseek.com/v1",
@@ -65,8 +70,24 @@ def run_capst(captions: str | os.PathLike[str], annotations: str | os.PathLike[s
         result = evaluate_capst(predicted, references, client, split_references=split_references,
                                 allow_missing=allow_missing)
         log.info("CapST judge: %s", client.summary)
+    if result["failed"] and not result["scored"]:
+        kept = f"; the answers received are kept in {cache_path}" if Path(cache_path).exists() else ""
+        raise UserError(f"{failure_summary(result)}; no report was written{kept}")
     result = {"label": label, "judge": settings.describe(), "captions": os.fspath(captions),
               "annotations": os.fspath(annotations), **result}
     result["unified"] = None if metrics is None else unified_score(metrics, result)
     result["files"] = write_capst_report(result, out_dir, label=label)
     return result
+
+
+def failure_summary(result: Mapping[str, Any]) -> str:
+    """``"2 of 3 videos failed and were not scored (the first: video 'v1', judging events
+    for recall: HTTP 500 ...)"``, or ``"all 3 videos failed ..."``, for a result with failures."""
+    failed = result["failed"]
+    first = failed[0]
+    asked = result["scored"] + len(failed)
+    if result["scored"]:
+        count = f"{len(failed)} of {asked} videos failed and were not scored"
+    else:
+        count = f"all {asked} videos failed, none was scored" if asked > 1 else "1 video failed, none was scored"
+    return f"{count} (the first: video {first['id']!r}, {first['stage']}: {first['error']})"
