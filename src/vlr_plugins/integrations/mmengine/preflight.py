@@ -1,6 +1,6 @@
 """Before a Runner starts: the run's data checked against the model (stored image
-embeddings, or an MVC run's videos), and nothing left behind by a run that stops on bad
-input.
+embeddings, or an MVC run's videos and mined hard negatives), and nothing left behind by a
+run that stops on bad input.
 
 MMEngine's Runner creates the work dir, a timestamped log folder and a copy of the
 config as it starts, and builds its datasets only when training starts, so a bad sample
@@ -121,8 +121,27 @@ def _check_video_text_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
         raise
     except ValueError as e:  # a file suffix no reader takes
         raise recipe.error("data.train", str(e)) from None
+    if recipe.data.hard_negatives is not None:
+        _check_hard_negatives(recipe, train.samples)
     shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
     return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0)
+
+
+def _check_hard_negatives(recipe: Recipe, samples: list) -> None:
+    """``data.hard_negatives`` needs a corpus whose records name hard-negative videos (among
+    the samples kept by ``data.fraction``)."""
+    from vlr_plugins.data.hard_negative_batches import negative_indices
+
+    if any(negative_indices(samples)):
+        return
+    d = recipe.data
+    named = any(s.hard_negatives for s in samples)
+    why = ("none of the hard negatives its records name is among the samples data.fraction keeps" if named
+           else "no record of it has hard_negatives")
+    raise recipe.error("data.hard_negatives", f"batches each video with its mined hard negatives, but {d.train}: "
+                                              f"{why}; mine them first (vlr mine mvc {d.train} --model MODEL --out "
+                                              "mined.jsonl, then --train mined.jsonl), or leave "
+                                              "data.hard_negatives out")
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -1,0 +1,117 @@
+"""MVC training on mined hard negatives (hard_negative_sampler.py, mvc_config.py): ``vlr mine mvc``
+writes the tiny world's corpus with ``hard_negatives``, ``vlr train mvc/mvc_b --set
+data.hard_negatives.per_anchor=1`` trains on it, and the batches the loss receives hold each
+anchor's mined negative; MMEngine builds the batch sampler from its own ``DefaultSampler``
+(its seed, rank, world size and epoch)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from _mvc_world import mvc_world, tiny_sets
+
+pytest.importorskip("mmengine")
+pytest.importorskip("av")
+
+from _refusal import run_vlr  # noqa: E402
+from vlr_plugins.data import HardNegativeBatchSampler, negative_indices, read_mvc_samples  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _quiet_mmengine():
+    yield
+    logging.getLogger("mmengine").handlers.clear()
+
+
+@pytest.fixture(scope="module")
+def world():
+    return mvc_world()
+
+
+@pytest.fixture(scope="module")
+def mined(world, tmp_path_factory) -> Path:
+    """The tiny world's corpus with one mined hard-negative video per video, written beside it
+    (its relative video paths resolve)."""
+    out = Path(world["train"]).parent / "mined.jsonl"
+    if not out.exists():
+        code, _, stderr = run_vlr(["mine", "mvc", world["train"], "--model", "_bow_model:BagOfWords",
+                                   "--out", out, "-k", "2"])
+        assert code == 0, stderr
+    return out
+
+
+def _loss_batches(monkeypatch) -> list[list[str]]:
+    """The sample ids of every batch the model's loss is computed on, in order."""
+    from vlr_plugins.integrations.mmengine.mvc_model import VideoTextPretrainingModel
+
+    seen: list[list[str]] = []
+    forward = VideoTextPretrainingModel.forward
+
+    def recording(self, *args, ids=None, mode="tensor", **kwargs):
+        if mode == "loss":
+            seen.append(list(ids))
+        return forward(self, *args, ids=ids, mode=mode, **kwargs)
+
+    monkeypatch.setattr(VideoTextPretrainingModel, "forward", recording)
+    return seen
+
+
+def test_vlr_train_batches_each_video_with_its_mined_negatives(world, mined, tmp_path, monkeypatch):
+    samples = read_mvc_samples(mined)
+    negatives = {s.id: s.hard_negatives for s in samples}
+    assert all(len(n) == 2 for n in negatives.values())
+    seen = _loss_batches(monkeypatch)
+    work = tmp_path / "run"
+    code, stdout, stderr = run_vlr(["train", "mvc/mvc_b", "--train", mined, "--work-dir", work, "--set",
+                                    *tiny_sets(world, epochs=2), "data.hard_negatives.per_anchor=1"])
+    assert code == 0, stderr
+    assert (work / "epoch_2.pth").exists()
+    assert len(seen) == 4 and all(len(b) == 4 for b in seen)  # 2 epochs of 8 videos in batches of 4
+    epochs = [seen[:2], seen[2:]]
+    for batches in epochs:
+        assert sorted(i for b in batches for i in b) == sorted(negatives)  # every video once an epoch
+        where = {i: n for n, b in enumerate(batches) for i in b}
+        for n, batch in enumerate(batches):
+            for pos, vid in enumerate(batch):
+                companion = any(vid in negatives[other] for other in batch[:pos])
+                # a video without its best negatives beside it: a companion, the batch's last, or
+                # its negatives all went into an earlier batch
+                if not any(where[j] == n for j in negatives[vid]):
+                    assert companion or pos == 3 or all(where[j] < n for j in negatives[vid]), (batch, vid)
+        # the epoch's first video is an anchor with a free negative: its best one follows it
+        assert batches[0][1] == negatives[batches[0][0]][0]
+    assert epochs[0] != epochs[1]  # the epoch's order changes
+    # what MMEngine fed the loss is the core sampler's plan at the run's seed (train.seed) and epoch
+    core = HardNegativeBatchSampler(negative_indices(samples), 4, negatives_per_anchor=1, seed=0)
+    for e, batches in enumerate(epochs):
+        core.set_epoch(e)
+        assert [[samples[i].id for i in b] for b in core] == batches
+
+
+def test_the_config_batches_with_the_registered_sampler(world, mined, tmp_path):
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from vlr_plugins.integrations.mmengine import MinedHardNegativeBatchSampler, recipe_to_mmengine_config
+    from vlr_plugins.recipe import Overrides, load_recipe
+    from vlr_plugins.recipe.overrides import parse_set_items
+
+    recipe = load_recipe("mvc/mvc_b", [Overrides(parse_set_items(tiny_sets(world)), "--set"),
+                                       Overrides({"data": {"train": str(mined), "hard_negatives": {"per_anchor": 1}}})])
+    cfg = recipe_to_mmengine_config(recipe, str(tmp_path / "work"), log_level="WARNING")
+    loader = cfg["train_dataloader"]
+    assert "drop_last" not in loader and loader["batch_sampler"] == dict(
+        type="MinedHardNegativeBatchSampler", negatives_per_anchor=1, drop_last=True)
+    runner = Runner.from_cfg(Config(cfg))
+    batches = runner.train_dataloader.batch_sampler
+    assert isinstance(batches, MinedHardNegativeBatchSampler)
+    assert batches.sampler is not None and batches.sampler.seed == recipe.train.seed
+    assert len(runner.train_dataloader) == 2
+    batches.sampler.set_epoch(1)  # what DistSamplerSeedHook does before an epoch
+    first = list(batches)
+    batches.sampler.set_epoch(0)
+    assert list(batches) != first
+    ids = [[runner.train_dataloader.dataset.samples[i].id for i in b] for b in first]
+    assert sorted(i for b in ids for i in b) == sorted(s.id for s in read_mvc_samples(mined))
