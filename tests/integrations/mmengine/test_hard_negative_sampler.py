@@ -115,3 +115,63 @@ def test_the_config_batches_with_the_registered_sampler(world, mined, tmp_path):
     assert list(batches) != first
     ids = [[runner.train_dataloader.dataset.samples[i].id for i in b] for b in first]
     assert sorted(i for b in ids for i in b) == sorted(s.id for s in read_mvc_samples(mined))
+
+
+class _Corpus:
+    """A dataset as the batch sampler reads it: ``samples`` with ids and ``hard_negatives``."""
+
+    def __init__(self, n: int) -> None:
+        from vlr_plugins.data import MVCSample
+
+        self.samples = [MVCSample(f"v{i}", f"v{i}.mp4", {"O": f"video {i}"},
+                                  hard_negatives=(f"v{(i + 1) % n}", f"v{(i + 5) % n}")) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def _rank_batches(rank: int) -> dict:
+    """On one gloo process: MMEngine's DefaultSampler (its rank and world size from the process
+    group, its seed synchronised across ranks: none given) wrapped as the config does."""
+    from mmengine.dataset import DefaultSampler
+
+    from vlr_plugins.integrations.mmengine.hard_negative_sampler import MinedHardNegativeBatchSampler
+
+    corpus = _Corpus(21)
+    batches = MinedHardNegativeBatchSampler(DefaultSampler(corpus, shuffle=True), 4, negatives_per_anchor=1)
+    out = {"len": len(batches), "seed": batches.seed}
+    for e in range(2):
+        batches.sampler.set_epoch(e)
+        out[e] = [[corpus.samples[i].id for i in b] for b in batches]
+    return out
+
+
+def test_two_gloo_processes_get_disjoint_batches_that_hold_the_epoch(tmp_path):
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("no gloo backend")
+    from _gloo import run_on_ranks
+
+    ranks = run_on_ranks(_rank_batches, 2, tmp_path)
+    assert ranks[0]["seed"] == ranks[1]["seed"] and ranks[0]["len"] == ranks[1]["len"] == 3  # ceil(21 / 8)
+    for e in range(2):
+        got = [r[e] for r in ranks]
+        assert len(got[0]) == len(got[1]) == 3 and all(b for r in got for b in r)
+        both = [i for r in got for b in r for i in b]
+        assert sorted(both) == sorted(f"v{i}" for i in range(21))  # disjoint and complete
+        first = got[0][0]  # the epoch's first anchor, followed by its best negative
+        assert first[1] == f"v{(int(first[0][1:]) + 1) % 21}"
+    assert ranks[0][0] != ranks[0][1]
+
+
+def test_a_sampler_that_is_not_a_default_sampler_is_refused():
+    from mmengine.dataset import DefaultSampler, InfiniteSampler
+
+    from vlr_plugins.errors import ConfigError
+    from vlr_plugins.integrations.mmengine import MinedHardNegativeBatchSampler
+
+    with pytest.raises(ConfigError, match="a sampler without .*epoch.*InfiniteSampler"):
+        MinedHardNegativeBatchSampler(InfiniteSampler(_Corpus(8), seed=0), 4)
+    with pytest.raises(ConfigError, match="a dataset without samples"):
+        MinedHardNegativeBatchSampler(DefaultSampler(list(range(8)), seed=0), 4)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from vlr_plugins.data.hard_negative_batches import HardNegativeBatchSampler, negative_indices
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.mmengine.registry import DATA_SAMPLERS
 
 __all__ = ["MinedHardNegativeBatchSampler"]
@@ -38,6 +39,12 @@ class MinedHardNegativeBatchSampler(HardNegativeBatchSampler):
     """
 
     def __init__(self, sampler: Any, batch_size: int, negatives_per_anchor: int = 1, drop_last: bool = False) -> None:
+        lacks = [a for a in ("dataset", "seed", "rank", "world_size", "epoch") if not hasattr(sampler, a)]
+        if lacks or not hasattr(sampler.dataset, "samples"):
+            what = f"a sampler without {', '.join(lacks)}" if lacks else "a dataset without samples"
+            raise ConfigError(f"MinedHardNegativeBatchSampler batches the samples of a dataset such as "
+                              f"MVCVideoTextDataset under the loader's DefaultSampler; found {what} "
+                              f"({type(sampler).__name__})")
         super().__init__(negative_indices(sampler.dataset.samples), batch_size,
                          negatives_per_anchor=negatives_per_anchor, seed=sampler.seed,
                          num_replicas=sampler.world_size, rank=sampler.rank, drop_last=drop_last)
