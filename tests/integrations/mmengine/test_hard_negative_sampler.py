@@ -67,6 +67,7 @@ def test_vlr_train_batches_each_video_with_its_mined_negatives(world, mined, tmp
     code, stdout, stderr = run_vlr(["train", "mvc/mvc_b", "--train", mined, "--work-dir", work, "--set",
                                     *tiny_sets(world, epochs=2), "data.hard_negatives.per_anchor=1"])
     assert code == 0, stderr
+    assert "on 8 samples (8 with mined hard negatives, up to 1 batched with each anchor)" in stdout
     assert (work / "epoch_2.pth").exists()
     assert len(seen) == 4 and all(len(b) == 4 for b in seen)  # 2 epochs of 8 videos in batches of 4
     epochs = [seen[:2], seen[2:]]
@@ -175,3 +176,24 @@ def test_a_sampler_that_is_not_a_default_sampler_is_refused():
         MinedHardNegativeBatchSampler(InfiniteSampler(_Corpus(8), seed=0), 4)
     with pytest.raises(ConfigError, match="a dataset without samples"):
         MinedHardNegativeBatchSampler(DefaultSampler(list(range(8)), seed=0), 4)
+
+
+def test_the_schedule_counts_the_steps_the_sampler_gives(world, mined, tmp_path):
+    """7 of the 8 videos (data.fraction) over 2 processes of 2 with drop_last: DefaultSampler
+    would give each rank ceil(7 / 2) // 2 = 2 batches, the hard-negative batches one whole step
+    of 4; the cosine's end is the run's iterations under the latter."""
+    from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
+    from vlr_plugins.recipe import Overrides, load_recipe
+    from vlr_plugins.recipe.overrides import parse_set_items
+
+    def config(hard_negatives):
+        data = {"train": str(mined), "fraction": 0.875, **({"hard_negatives": hard_negatives} if hard_negatives else {})}
+        recipe = load_recipe("mvc/mvc_b", [Overrides(parse_set_items(tiny_sets(world, epochs=3)), "--set"),
+                                           Overrides({"data": data})])
+        return recipe_to_mmengine_config(recipe, str(tmp_path / "work"), world_size=2)
+
+    plain, batched = config(None), config({"per_anchor": 1})
+    assert plain["param_scheduler"][-1]["end"] == 3 * 2
+    samples = read_mvc_samples(mined)[:7]
+    steps = len(HardNegativeBatchSampler(negative_indices(samples), 2, num_replicas=2, rank=0, drop_last=True))
+    assert steps == 1 and batched["param_scheduler"][-1]["end"] == 3 * steps

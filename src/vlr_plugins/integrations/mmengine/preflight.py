@@ -42,12 +42,14 @@ _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.r
 @dataclass(frozen=True)
 class RunInputs:
     """What :func:`check_run_inputs` found: training samples kept (after ``data.fraction``),
-    the image embeddings' width (an MVC run: the video-text space's), and the evaluation
-    items (0 without ``eval``)."""
+    the image embeddings' width (an MVC run: the video-text space's), the evaluation items
+    (0 without ``eval``) and, under ``data.hard_negatives``, how many samples have a mined
+    hard negative among them (0 otherwise)."""
 
     samples: int
     dim: int
     eval_items: int = 0
+    with_hard_negatives: int = 0
 
 
 def _check_width(recipe: Recipe, key: str, path: str, dim: int, shape: Any) -> None:
@@ -121,19 +123,21 @@ def _check_video_text_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
         raise
     except ValueError as e:  # a file suffix no reader takes
         raise recipe.error("data.train", str(e)) from None
-    if recipe.data.hard_negatives is not None:
-        _check_hard_negatives(recipe, train.samples)
+    with_negatives = _check_hard_negatives(recipe, train.samples) if recipe.data.hard_negatives is not None else 0
     shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
-    return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0)
+    return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0,
+                     with_hard_negatives=with_negatives)
 
 
-def _check_hard_negatives(recipe: Recipe, samples: list) -> None:
-    """``data.hard_negatives`` needs a corpus whose records name hard-negative videos (among
-    the samples kept by ``data.fraction``)."""
+def _check_hard_negatives(recipe: Recipe, samples: list) -> int:
+    """How many ``samples`` have a hard-negative video among them; ``data.hard_negatives``
+    needs one at least (a corpus mined, and its negatives among the samples ``data.fraction``
+    keeps)."""
     from vlr_plugins.data.hard_negative_batches import negative_indices
 
-    if any(negative_indices(samples)):
-        return
+    found = sum(1 for row in negative_indices(samples) if row)
+    if found:
+        return found
     d = recipe.data
     named = any(s.hard_negatives for s in samples)
     why = ("none of the hard negatives its records name is among the samples data.fraction keeps" if named
