@@ -187,7 +187,9 @@ def test_the_schedule_counts_the_steps_the_sampler_gives(world, mined, tmp_path)
     from vlr_plugins.recipe.overrides import parse_set_items
 
     def config(hard_negatives):
-        data = {"train": str(mined), "fraction": 0.875, **({"hard_negatives": hard_negatives} if hard_negatives else {})}
+        data = {"train": str(mined), "fraction": 0.875}
+        if hard_negatives:
+            data["hard_negatives"] = hard_negatives
         recipe = load_recipe("mvc/mvc_b", [Overrides(parse_set_items(tiny_sets(world, epochs=3)), "--set"),
                                            Overrides({"data": data})])
         return recipe_to_mmengine_config(recipe, str(tmp_path / "work"), world_size=2)

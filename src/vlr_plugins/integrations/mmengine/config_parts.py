@@ -22,8 +22,9 @@ import torch
 from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.recipe import Recipe
 
-__all__ = ["count_samples", "kept_samples", "text_encoder_shape", "tokenizer_setting", "batch_layout", "check_train_file",
-           "check_model_type", "runtime_config", "schedulers", "text_encoder_config", "train_loader", "views_config"]
+__all__ = ["count_samples", "kept_samples", "text_encoder_shape", "tokenizer_setting", "batch_layout",
+           "check_train_file", "check_model_type", "runtime_config", "schedulers", "text_encoder_config",
+           "train_loader", "views_config"]
 
 
 def count_samples(path: str) -> int:
