@@ -153,6 +153,8 @@ def test_two_processes_get_disjoint_batches_that_hold_the_epoch(n, batch_size, d
         if n % 2 == 0:  # each pair on one process, in one batch
             assert all(b[i + 1] == b[i] ^ 1 for r in got for b in r for i in range(0, len(b), 2))
     assert epoch(ranks[0], 0) != epoch(ranks[0], 1)
+    ranks[1].set_epoch(1)
+    assert [epoch(s, 1) for s in ranks] == [ranks[1].plan()[r::2] for r in range(2)]  # one plan, dealt out
 
 
 def test_a_last_step_with_fewer_samples_than_processes():

@@ -139,7 +139,12 @@ class HardNegativeBatchSampler(Sampler[list[int]]):
         return batches_per_replica(self.num_samples, self.batch_size, self.num_replicas, self.drop_last)
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.plan()[self.rank::self.num_replicas])
+        return iter(self._compose(self.rank))
+
+    def plan(self) -> list[list[int]]:
+        """Every process's batches of this epoch, in dealing order (process ``r`` gets
+        ``plan()[r::num_replicas]``)."""
+        return self._compose(None)
 
     def _sizes(self) -> list[int]:
         """The size of every batch of the epoch, all processes', in dealing order."""
@@ -154,25 +159,27 @@ class HardNegativeBatchSampler(Sampler[list[int]]):
         last = [max(1, shared // count + (r < shared % count)) for r in range(count)]
         return [b] * ((steps - tail) * world) + last
 
-    def plan(self) -> list[list[int]]:
-        """Every process's batches of this epoch, in dealing order (process ``r`` gets
-        ``plan()[r::num_replicas]``)."""
+    def _compose(self, rank: int | None) -> list[list[int]]:
+        """The epoch's batches of process ``rank`` (``None``: of all, in dealing order); every
+        process composes them all, keeping its own."""
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
         order = torch.randperm(self.num_samples, generator=g).tolist()
         placed = bytearray(self.num_samples)
-        offsets, flat, k = self._offsets, self._flat, self.negatives_per_anchor
+        offsets, flat, k, world = self._offsets, self._flat, self.negatives_per_anchor, self.num_replicas
         sizes = self._sizes()
-        batches: list[list[int]] = [[] for _ in sizes]
-        b, batch, in_batch = 0, batches[0], set()
+        kept: list[list[int]] = []
+        b, batch, in_batch = 0, [], set()
         for anchor in order:
             if placed[anchor]:
                 continue
             if len(batch) == sizes[b]:
+                if rank is None or b % world == rank:
+                    kept.append(batch)
                 b += 1
                 if b == len(sizes):
                     break
-                batch, in_batch = batches[b], set()
+                batch, in_batch = [], set()
             batch.append(anchor)
             in_batch.add(anchor)
             placed[anchor] = 1
@@ -186,9 +193,13 @@ class HardNegativeBatchSampler(Sampler[list[int]]):
                     in_batch.add(j)
                     placed[j] = 1
                     have += 1
-        # only with fewer samples left for the last step than processes: repeat the first ones
-        repeat = iter(order)
-        for size, batch in zip(sizes, batches):
-            while len(batch) < size:
-                batch.append(next(repeat))
-        return batches
+        else:  # every sample placed; the batches from b on are the last step's, not yet kept
+            repeat = iter(order)  # only with fewer samples left for the last step than processes
+            for last in range(b, len(sizes)):
+                if last > b:
+                    batch = []
+                while len(batch) < sizes[last]:
+                    batch.append(next(repeat))
+                if rank is None or last % world == rank:
+                    kept.append(batch)
+        return kept
