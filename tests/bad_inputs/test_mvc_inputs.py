@@ -47,6 +47,16 @@ CORPUS = {
                            [], ["train00000_gone.mp4", "sample 'train00000'", "not there"]),
     "no caption for a view": (lambda rs: [{"id": "raw", "video": rs[0]["video"], "D1": "only raw"}, *rs[1:]], [],
                               ["sample 'raw'", "O|S1|S2", "needs 1"]),
+    "hard negatives asked of a corpus without any": (lambda rs: rs, ["data.hard_negatives.per_anchor=1"],
+                                                     ["--set data.hard_negatives", "no record of it has hard_negatives",
+                                                      "vlr mine mvc"]),
+    "hard negatives all outside the fraction kept": (
+        lambda rs: [{**r, "hard_negatives": [rs[(i + 1) % len(rs)]["id"]]} for i, r in enumerate(rs)],
+        ["data.hard_negatives.per_anchor=1", "data.fraction=0.125", "train.batch_size=2", "train.drop_last=false"],
+        ["--set data.hard_negatives", "data.fraction keeps"]),
+    "hard negative naming no video of the corpus": (
+        lambda rs: [{**rs[0], "hard_negatives": ["elsewhere"]}, *rs[1:]], ["data.hard_negatives.per_anchor=1"],
+        ["line 1", "hard_negatives", "'elsewhere'"]),
 }
 
 # name -> (--set items, words the error names)
@@ -74,6 +84,18 @@ RECIPE = {
     "warm-up twice": (["train.warmup_steps=10"], ["train.warmup_epochs", "train.warmup_steps"]),
     "unknown video key": (["video.fps=8"], ["video.fps"]),
     "length blocks": (["train.length_blocks=2"], ["train.length_blocks", "only paragraph recipes"]),
+    "hard negatives: unknown key": (["data.hard_negatives.per_anchr=1"],
+                                    ["--set data.hard_negatives.per_anchr", "unknown key", "per_anchor"]),
+    "hard negatives: none per anchor": (["data.hard_negatives.per_anchor=0"],
+                                        ["--set data.hard_negatives.per_anchor", ">= 1", "found 0"]),
+    "hard negatives: negative per anchor": (["data.hard_negatives.per_anchor=-2"],
+                                            ["--set data.hard_negatives.per_anchor", ">= 1", "found -2"]),
+    "hard negatives: not a number": (["data.hard_negatives.per_anchor=two"],
+                                     ["--set data.hard_negatives.per_anchor", "expected an integer"]),
+    "hard negatives: not a mapping": (["data.hard_negatives=true"], ["--set data.hard_negatives", "{per_anchor: 1}"]),
+    "hard negatives: no room for the anchor": (["data.hard_negatives.per_anchor=4"],
+                                               ["--set data.hard_negatives.per_anchor", "no room for the anchor",
+                                                "batch of 4"]),
 }
 
 
@@ -105,6 +127,13 @@ def test_bad_recipe_value_is_refused(case, world, tmp_path):
 def test_paragraph_recipe_with_a_video_section_is_refused(tmp_path):
     assert_refused(["train", "paragraph/c5", "--work-dir", str(tmp_path / "w"), "--set", "video.frames=8"],
                    "--set video", "data.schema: mvc", leaves=[tmp_path / "w"])
+
+
+def test_paragraph_recipe_batching_mined_videos_is_refused(tmp_path):
+    assert_refused(["train", "paragraph/c5", "--work-dir", str(tmp_path / "w"), "--set",
+                    "data.hard_negatives.per_anchor=1"],
+                   "--set data.hard_negatives", "only data.schema: mvc", "text_views.negatives",
+                   leaves=[tmp_path / "w"])
 
 
 def test_stage_one_checkpoint_that_does_not_fit_is_refused(world, tmp_path):

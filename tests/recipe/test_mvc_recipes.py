@@ -129,6 +129,10 @@ def test_every_shipped_mvc_recipe_is_tested_here():
     ({"train": {"amp_dtype": "float8"}}, "train.amp_dtype", "float8"),
     ({"data": {"schema": "images"}}, "data.schema", "images"),
     ({"data": {"image_embeddings": "store/"}}, "data.image_embeddings", "videos"),
+    ({"data": {"hard_negatives": {"per_anchor": 0}}}, "data.hard_negatives.per_anchor", ">= 1"),
+    ({"data": {"hard_negatives": {"per_anchor": True}}}, "data.hard_negatives.per_anchor", "an integer"),
+    ({"data": {"hard_negatives": {"count": 2}}}, "data.hard_negatives.count", "allowed here: per_anchor"),
+    ({"data": {"hard_negatives": 1}}, "data.hard_negatives", "{per_anchor: 1}"),
 ])
 def test_mvc_recipe_refusals_name_the_key(overrides, key, words):
     with pytest.raises(RecipeError) as e:
@@ -141,11 +145,23 @@ def test_mvc_recipe_refusals_name_the_key(overrides, key, words):
     ({"data": {"video_root": "videos/"}}, "data.video_root"),
     ({"train": {"warmup_epochs": 1, "warmup_steps": 0}}, "train.warmup_epochs"),
     ({"train": {"grad_checkpointing": True}}, "train.grad_checkpointing"),
+    ({"data": {"hard_negatives": {"per_anchor": 1}}}, "data.hard_negatives"),
 ])
 def test_paragraph_recipes_hold_no_mvc_keys(overrides, key):
     with pytest.raises(RecipeError) as e:
         load_recipe("paragraph/c5", overrides)
     assert e.value.key == key and "mvc" in str(e.value)
+
+
+def test_hard_negative_batching_is_off_by_default_and_round_trips():
+    from vlr_plugins.recipe import HardNegativeBatching
+
+    assert all(load_recipe(name).data.hard_negatives is None for name in ("mvc/mvc_b", "mvc/mvc_l", "mvc/baseline_b"))
+    recipe = load_recipe("mvc/mvc_b", {"data": {"hard_negatives": {"per_anchor": 2}}})
+    assert recipe.data.hard_negatives == HardNegativeBatching(per_anchor=2)
+    assert load_recipe("mvc/mvc_b", {"data": {"hard_negatives": {}}}).data.hard_negatives == HardNegativeBatching()
+    assert recipe.to_dict()["data"]["hard_negatives"] == {"per_anchor": 2}
+    assert load_recipe("mvc/mvc_b", {"data": {"hard_negatives": None}}).data.hard_negatives is None
 
 
 def test_paragraph_recipe_cannot_name_mvc_fields():

@@ -1,6 +1,7 @@
 """Training data: samples with their texts (paragraph supervision, multi-view captions), text
 views, media sources (stored embeddings, image files, video clips), embedding stores, video frames
-(sampling, decoding, transforms) and the one text-views dataset every trainer adapts. What
+(sampling, decoding, transforms), the one text-views dataset every trainer adapts and the
+batches that hold mined hard negatives (any trainer's batch sampler). What
 is built on them (precompute, the demos) lives in :mod:`vlr_plugins.precompute` and
 :mod:`vlr_plugins.demo`; this package imports neither.
 
@@ -10,6 +11,7 @@ functions that use them.
 """
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
+from vlr_plugins.data.hard_negative_batches import HardNegativeBatchSampler, batches_per_replica, negative_indices
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
 from vlr_plugins.data.resumable_store import (
     ResumableEmbeddingStoreWriter,
@@ -92,6 +94,9 @@ __all__ = [
     "concat_owned",
     "draw_item",
     "owner_index",
+    "HardNegativeBatchSampler",
+    "negative_indices",
+    "batches_per_replica",
     "MediaSource",
     "StoredEmbeddings",
     "ImageFiles",

@@ -119,9 +119,18 @@ def _recipe_plan(args: argparse.Namespace) -> _Plan:
                      settings={"max_epochs": "train.epochs"})
     plain = recipe_to_mmengine_config(recipe, work_dir, tokenizer=args.tokenizer, launcher=args.launcher)
     return _Plan(Config(plain), work_dir, check_inputs=lambda: check_run_inputs(recipe, plain),
-                 banner=lambda inputs: (f"training {recipe.name} on {inputs.samples} samples for "
-                                        f"{recipe.train.epochs} epoch(s) in {work_dir}"),
+                 banner=lambda inputs: (f"training {recipe.name} on {inputs.samples} samples"
+                                        f"{_hard_negative_note(recipe, inputs)} for {recipe.train.epochs} "
+                                        f"epoch(s) in {work_dir}"),
                  test=bool(recipe.eval), report_checkpoint=True)
+
+
+def _hard_negative_note(recipe: Any, inputs: Any) -> str:
+    spec = recipe.data.hard_negatives
+    if spec is None:
+        return ""
+    return (f" ({inputs.with_hard_negatives} with mined hard negatives, up to {spec.per_anchor} batched with "
+            "each anchor)")
 
 
 def cmd_train(args: argparse.Namespace) -> int:

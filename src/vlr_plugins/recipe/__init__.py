@@ -27,7 +27,16 @@ from vlr_plugins.recipe.arguments import check_loss_against_views
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.loading import find_recipe, list_recipes, load_recipe, recipe_dirs
 from vlr_plugins.recipe.overrides import Overrides, ValueSources
-from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec, VideoSpec
+from vlr_plugins.recipe.schema import (
+    DataSpec,
+    EvalSplit,
+    HardNegativeBatching,
+    Recipe,
+    TextView,
+    TextViews,
+    TrainSpec,
+    VideoSpec,
+)
 from vlr_plugins.recipe.validation import build_text_views, recipe_from_dict
 
 __all__ = [
@@ -38,6 +47,7 @@ __all__ = [
     "TextView",
     "TextViews",
     "DataSpec",
+    "HardNegativeBatching",
     "VideoSpec",
     "EvalSplit",
     "TrainSpec",

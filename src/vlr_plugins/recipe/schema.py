@@ -17,7 +17,17 @@ from vlr_plugins.data.video.sampling import ClipSampler
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.overrides import ValueSources
 
-__all__ = ["TextView", "TextViews", "DataSpec", "VideoSpec", "EvalSplit", "TrainSpec", "Recipe"]
+__all__ = ["TextView", "TextViews", "HardNegativeBatching", "DataSpec", "VideoSpec", "EvalSplit", "TrainSpec", "Recipe"]
+
+
+@dataclass(frozen=True)
+class HardNegativeBatching:
+    """``data.hard_negatives`` of an ``mvc`` recipe: batches composed so that each anchor video
+    shares its batch with up to ``per_anchor`` of its mined hard-negative videos (the
+    corpus's ``hard_negatives``, ``vlr mine mvc``), where VTC and VTM see them
+    (:class:`~vlr_plugins.data.HardNegativeBatchSampler`)."""
+
+    per_anchor: int = 1
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,8 @@ class DataSpec:
     whose relative paths are taken from ``video_root``, default the samples file's folder).
     ``fraction`` < 1 keeps a seeded random subset of the samples (the data-efficiency
     ablation); ``seed`` makes the subset and the per-step view draws reproducible.
+    ``hard_negatives`` (``mvc`` only; ``None``: off): batch each video with its mined
+    hard-negative videos (:class:`HardNegativeBatching`).
     """
 
     train: str | None = None
@@ -37,6 +49,7 @@ class DataSpec:
     seed: int = 0
     schema: Literal["paragraph", "mvc"] = "paragraph"
     video_root: str | None = None
+    hard_negatives: HardNegativeBatching | None = None
 
 
 @dataclass(frozen=True)

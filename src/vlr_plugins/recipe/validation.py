@@ -15,7 +15,16 @@ from typing import Any
 from vlr_plugins.data.schemas import SAMPLE_SCHEMAS
 from vlr_plugins.recipe.arguments import check_loss_against_views, check_model_arguments
 from vlr_plugins.recipe.errors import RecipeError, Source
-from vlr_plugins.recipe.schema import DataSpec, EvalSplit, Recipe, TextView, TextViews, TrainSpec, VideoSpec
+from vlr_plugins.recipe.schema import (
+    DataSpec,
+    EvalSplit,
+    HardNegativeBatching,
+    Recipe,
+    TextView,
+    TextViews,
+    TrainSpec,
+    VideoSpec,
+)
 from vlr_plugins.recipe.values import typed_value
 from vlr_plugins.recipe.video_text import check_not_video_text, check_video_text, check_video_text_train
 
@@ -204,7 +213,8 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
     if not isinstance(raw["model"], dict) or "type" not in raw["model"]:
         raise RecipeError(p, "model.type", "missing: name a registered model (vlr list models)")
     check_model_arguments(raw["model"], p)
-    data = _build(DataSpec, raw.get("data") or {}, p, "data.")
+    data = _build(DataSpec, data_raw, p, "data.",
+                  checked={"hard_negatives": _hard_negative_batching(data_raw.get("hard_negatives"), p)})
     if not 0.0 < data.fraction <= 1.0:
         raise RecipeError(p, "data.fraction", f"expected 0 < fraction <= 1, found {data.fraction}")
     train = _build(TrainSpec, raw.get("train") or {}, p, "train.")
@@ -230,6 +240,27 @@ def recipe_from_dict(raw: dict[str, Any], path: str | os.PathLike | None = None)
         video=video,
         source=str(path) if path else None,
     )
+
+
+def _hard_negative_batching(raw: Any, p: Path) -> HardNegativeBatching | None:
+    """``data.hard_negatives``: a mapping of :class:`HardNegativeBatching`'s keys (``{}``: its
+    defaults), or null (off)."""
+    key = "data.hard_negatives"
+    if raw is None:
+        return None
+    allowed = [f.name for f in dataclasses.fields(HardNegativeBatching)]
+    if not isinstance(raw, dict):
+        raise RecipeError(p, key, f"expected a mapping such as {{per_anchor: 1}} (how many mined hard-negative "
+                                  f"videos join each anchor's batch), or null for none; found {raw!r}")
+    for k in raw:
+        if k not in allowed:
+            raise RecipeError(p, f"{key}.{k}", f"unknown key (allowed here: {', '.join(allowed)})")
+    spec = _build(HardNegativeBatching, raw, p, key + ".")
+    if spec.per_anchor < 1:
+        raise RecipeError(p, f"{key}.per_anchor", f"expected an integer >= 1 (mined hard-negative videos batched "
+                                                  f"with each anchor; leave data.hard_negatives out for none), "
+                                                  f"found {spec.per_anchor}")
+    return spec
 
 
 def _checked_video(video: VideoSpec | None, raw: dict[str, Any], p: Path) -> VideoSpec:

@@ -121,6 +121,10 @@ def check_not_video_text(raw: dict[str, Any], data: Any, train: Any, path: Path)
                                          "(multi-view-captions samples) or leave video out")
     if data.video_root is not None:
         raise RecipeError(path, "data.video_root", "only data.schema: mvc recipes read videos")
+    if data.hard_negatives is not None:
+        raise RecipeError(path, "data.hard_negatives", "only data.schema: mvc recipes batch mined hard-negative "
+                                                       "videos; a paragraph recipe draws its mined hard-negative "
+                                                       "texts with text_views.negatives")
     for key, default in _MVC_TRAIN_KEYS.items():
         if getattr(train, key) != default:
             raise RecipeError(path, f"train.{key}", f"only data.schema: mvc recipes read it (vlr train); "

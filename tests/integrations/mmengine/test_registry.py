@@ -75,7 +75,7 @@ def test_core_losses_and_encoders_are_registered_as_the_same_objects():
 # --- every registered name, through the registries alone -----------------------------------
 
 _PACKAGE = "vlr_plugins.integrations.mmengine"
-_REGISTRIES = ("MODELS", "DATASETS", "FUNCTIONS", "HOOKS", "METRICS", "MODEL_WRAPPERS")
+_REGISTRIES = ("MODELS", "DATASETS", "FUNCTIONS", "HOOKS", "METRICS", "MODEL_WRAPPERS", "DATA_SAMPLERS")
 
 
 def _registrations() -> tuple[dict[str, dict[str, str]], set[str]]:
@@ -127,6 +127,7 @@ def test_the_source_scan_finds_the_registrations():
     assert found["DATASETS"]["EOLTripletsDataset"] == f"{_PACKAGE}.nli_dataset"
     assert found["METRICS"] == {"RetrievalRecallMetric": f"{_PACKAGE}.metric"}
     assert found["MODEL_WRAPPERS"] == {"CpuCapableDistributedDataParallel": f"{_PACKAGE}.cpu_distributed"}
+    assert found["DATA_SAMPLERS"] == {"MinedHardNegativeBatchSampler": f"{_PACKAGE}.hard_negative_sampler"}
     assert computed == {f"{_PACKAGE}.model"}, "only the core's losses and encoders are registered by a loop"
 
 

@@ -1,12 +1,12 @@
 """MMEngine integration: registries of the ``vlr_plugins`` scope, filled from the core.
 
 The models (text-only retrieval, MVC video-text pretraining, CaRe's MLLM stages), datasets,
-collate functions, metric and hooks register themselves when their module is imported, and
-each registry lists its modules as ``locations=`` (:mod:`.registry`): configs reach them
-with ``custom_imports=dict(imports=['vlr_plugins.integrations.mmengine'])`` and
-``default_scope='vlr_plugins'``, and MMEngine imports a registry's modules on its first
-lookup. Importing this package therefore loads only the registries; the names below are
-imported on first use.
+collate functions, MVC's hard-negative batch sampler, metric and hooks register themselves
+when their module is imported, and each registry lists its modules as ``locations=``
+(:mod:`.registry`): configs reach them with ``custom_imports=dict(imports=
+['vlr_plugins.integrations.mmengine'])`` and ``default_scope='vlr_plugins'``, and MMEngine
+imports a registry's modules on its first lookup. Importing this package therefore loads
+only the registries; the names below are imported on first use.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = [
     "DATASETS", "FUNCTIONS", "HOOKS", "METRICS", "MODELS",
     "ParagraphTextViewsDataset", "RetrievalEvalDataset", "RetrievalRecallMetric",
     "TextOnlyRetrievalModel", "WeightsOnlyCheckpointHook",
-    "MVCVideoTextDataset", "VideoTextPretrainingModel", "vlr_mvc_collate",
+    "MVCVideoTextDataset", "VideoTextPretrainingModel", "vlr_mvc_collate", "MinedHardNegativeBatchSampler",
     "recipe_to_mmengine_config", "vlr_text_views_collate",
 ]
 
@@ -32,6 +32,7 @@ _LAZY = {
     "WeightsOnlyCheckpointHook": f"{_HERE}.hooks",
     "MVCVideoTextDataset": f"{_HERE}.mvc_dataset",
     "vlr_mvc_collate": f"{_HERE}.mvc_dataset",
+    "MinedHardNegativeBatchSampler": f"{_HERE}.hard_negative_sampler",
     "VideoTextPretrainingModel": f"{_HERE}.mvc_model",
     "recipe_to_mmengine_config": f"{_HERE}.config",
 }

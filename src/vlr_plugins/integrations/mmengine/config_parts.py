@@ -22,8 +22,9 @@ import torch
 from vlr_plugins.errors import ConfigError, DataFormatError
 from vlr_plugins.recipe import Recipe
 
-__all__ = ["count_samples", "text_encoder_shape", "tokenizer_setting", "batch_layout", "check_train_file",
-           "check_model_type", "runtime_config", "schedulers", "text_encoder_config", "train_loader", "views_config"]
+__all__ = ["count_samples", "kept_samples", "text_encoder_shape", "tokenizer_setting", "batch_layout",
+           "check_train_file", "check_model_type", "runtime_config", "schedulers", "text_encoder_config",
+           "train_loader", "views_config"]
 
 
 def count_samples(path: str) -> int:
@@ -163,16 +164,22 @@ def batch_layout(recipe: Recipe, world_size: int | None) -> tuple[int, int]:
     if t.batch_size % world:
         raise recipe.error("train.batch_size", f"{t.batch_size} does not split evenly over {world} processes")
     per_rank = t.batch_size // world
-    total = count_samples(d.train)
-    if total == 0:
-        raise recipe.error("data.train", f"{d.train} holds no samples")
-    n = max(1, round(d.fraction * total)) if d.fraction < 1 else total
+    n = kept_samples(recipe)
     n_rank = math.ceil(n / world)
     iters_per_epoch = n_rank // per_rank if t.drop_last else math.ceil(n_rank / per_rank)
     if iters_per_epoch < 1:
         raise recipe.error("train.batch_size", f"{n} samples give no full batch of {t.batch_size} "
                                                "(set drop_last: false or a smaller batch)")
     return per_rank, iters_per_epoch
+
+
+def kept_samples(recipe: Recipe) -> int:
+    """How many samples of ``data.train`` a run trains on: all, or ``data.fraction`` of them."""
+    d = recipe.data
+    total = count_samples(d.train)
+    if total == 0:
+        raise recipe.error("data.train", f"{d.train} holds no samples")
+    return max(1, round(d.fraction * total)) if d.fraction < 1 else total
 
 
 def text_encoder_config(recipe: Recipe, tokenizer: str | None) -> tuple[dict[str, Any], str, Any]:

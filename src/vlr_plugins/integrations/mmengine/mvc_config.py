@@ -18,6 +18,7 @@ from typing import Any
 from vlr_plugins.integrations.mmengine.config_parts import (
     batch_layout,
     check_train_file,
+    kept_samples,
     runtime_config,
     schedulers,
     text_encoder_config,
@@ -95,6 +96,24 @@ def _text_side(recipe: Recipe, tokenizer: str | None, width: int, embed_dim: int
     return model_cfg, tok, tokenizer_obj
 
 
+def _hard_negative_steps(recipe: Recipe, per_rank: int, world_size: int | None) -> int:
+    """Iterations per epoch under ``data.hard_negatives`` (the core batch sampler's count),
+    once each anchor's group fits a batch."""
+    from vlr_plugins.data.hard_negative_batches import batches_per_replica
+
+    t, spec = recipe.train, recipe.data.hard_negatives
+    if spec.per_anchor >= per_rank:
+        raise recipe.error("data.hard_negatives.per_anchor", f"{spec.per_anchor} hard negatives per anchor leave no "
+                                                             f"room for the anchor in a batch of {per_rank} per "
+                                                             "process (train.batch_size over the processes)")
+    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    steps = batches_per_replica(kept_samples(recipe), per_rank, world, t.drop_last)
+    if steps < 1:
+        raise recipe.error("train.batch_size", f"{kept_samples(recipe)} samples give no full step of "
+                                               f"{t.batch_size} (set drop_last: false or a smaller batch)")
+    return steps
+
+
 def _dual_cls() -> type:
     from vlr_plugins.text.dual_cls import DualCLSTextEncoder
 
@@ -128,6 +147,8 @@ def mvc_recipe_to_mmengine_config(
     check_train_file(recipe)
     checkpoint = _checkpoint(recipe)
     per_rank, iters_per_epoch = batch_layout(recipe, world_size)
+    if d.hard_negatives is not None:
+        iters_per_epoch = _hard_negative_steps(recipe, per_rank, world_size)
     tower = video_tower_config(recipe)
     mean, std = clip_normalization(recipe, tower)
     width, embed_dim = _tower_shape(recipe, tower)
@@ -143,10 +164,14 @@ def mvc_recipe_to_mmengine_config(
     model = dict(type="VideoTextPretrainingModel", text_encoder=model_cfg, video_encoder=tower, loss=loss,
                  video_checkpoint=checkpoint, video_checkpoint_layout=video.checkpoint_layout,
                  freeze_video=not video.trainable, grad_checkpointing=t.grad_checkpointing)
+    loader = train_loader(recipe, dataset, collate, shuffle=True, batch_size=per_rank, drop_last=t.drop_last)
+    if d.hard_negatives is not None:
+        # a DataLoader with a batch_sampler takes no drop_last: the batch sampler applies it
+        loader.pop("drop_last")
+        loader["batch_sampler"] = dict(type="MinedHardNegativeBatchSampler",
+                                       negatives_per_anchor=d.hard_negatives.per_anchor, drop_last=t.drop_last)
     cfg = runtime_config(
-        recipe, work_dir, launcher=launcher, log_level=log_level, model=model,
-        train_dataloader=train_loader(recipe, dataset, collate, shuffle=True, batch_size=per_rank,
-                                      drop_last=t.drop_last),
+        recipe, work_dir, launcher=launcher, log_level=log_level, model=model, train_dataloader=loader,
         param_scheduler=schedulers(recipe, t.epochs * iters_per_epoch, iters_per_epoch),
     )
     if not all(loss.get(f"{term}_weight", 1.0) for term in ("vtc", "vtm", "mlm")):

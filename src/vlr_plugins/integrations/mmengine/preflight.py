@@ -1,6 +1,6 @@
 """Before a Runner starts: the run's data checked against the model (stored image
-embeddings, or an MVC run's videos), and nothing left behind by a run that stops on bad
-input.
+embeddings, or an MVC run's videos and mined hard negatives), and nothing left behind by a
+run that stops on bad input.
 
 MMEngine's Runner creates the work dir, a timestamped log folder and a copy of the
 config as it starts, and builds its datasets only when training starts, so a bad sample
@@ -42,12 +42,14 @@ _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.r
 @dataclass(frozen=True)
 class RunInputs:
     """What :func:`check_run_inputs` found: training samples kept (after ``data.fraction``),
-    the image embeddings' width (an MVC run: the video-text space's), and the evaluation
-    items (0 without ``eval``)."""
+    the image embeddings' width (an MVC run: the video-text space's), the evaluation items
+    (0 without ``eval``) and, under ``data.hard_negatives``, how many samples have a mined
+    hard negative among them (0 otherwise)."""
 
     samples: int
     dim: int
     eval_items: int = 0
+    with_hard_negatives: int = 0
 
 
 def _check_width(recipe: Recipe, key: str, path: str, dim: int, shape: Any) -> None:
@@ -121,8 +123,29 @@ def _check_video_text_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
         raise
     except ValueError as e:  # a file suffix no reader takes
         raise recipe.error("data.train", str(e)) from None
+    with_negatives = _check_hard_negatives(recipe, train.samples) if recipe.data.hard_negatives is not None else 0
     shape = text_encoder_shape(recipe, cfg["model"]["text_encoder"])
-    return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0)
+    return RunInputs(samples=len(train), dim=shape.embed_dim if shape is not None else 0,
+                     with_hard_negatives=with_negatives)
+
+
+def _check_hard_negatives(recipe: Recipe, samples: list) -> int:
+    """How many ``samples`` have a hard-negative video among them; ``data.hard_negatives``
+    needs one at least (a corpus mined, and its negatives among the samples ``data.fraction``
+    keeps)."""
+    from vlr_plugins.data.hard_negative_batches import negative_indices
+
+    found = sum(1 for row in negative_indices(samples) if row)
+    if found:
+        return found
+    d = recipe.data
+    named = any(s.hard_negatives for s in samples)
+    why = ("none of the hard negatives its records name is among the samples data.fraction keeps" if named
+           else "no record of it has hard_negatives")
+    raise recipe.error("data.hard_negatives", f"batches each video with its mined hard negatives, but {d.train}: "
+                                              f"{why}; mine them first (vlr mine mvc {d.train} --model MODEL --out "
+                                              "mined.jsonl, then --train mined.jsonl), or leave "
+                                              "data.hard_negatives out")
 
 
 def _nearest_existing(path: Path) -> Path:

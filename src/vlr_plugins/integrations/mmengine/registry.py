@@ -12,7 +12,7 @@ back.
 from mmengine import registry as root
 from mmengine.registry import Registry
 
-__all__ = ["SCOPE", "MODELS", "DATASETS", "METRICS", "FUNCTIONS", "HOOKS"]
+__all__ = ["SCOPE", "MODELS", "DATASETS", "METRICS", "FUNCTIONS", "HOOKS", "DATA_SAMPLERS"]
 
 SCOPE = "vlr_plugins"
 _HERE = "vlr_plugins.integrations.mmengine"
@@ -34,7 +34,7 @@ RUNNER_CONSTRUCTORS = _child(root.RUNNER_CONSTRUCTORS)
 LOOPS = _child(root.LOOPS)
 HOOKS = _child(root.HOOKS, "hooks", "pretrained_export")
 STRATEGIES = _child(root.STRATEGIES)
-DATA_SAMPLERS = _child(root.DATA_SAMPLERS)
+DATA_SAMPLERS = _child(root.DATA_SAMPLERS, "hard_negative_sampler")  # MVC's mined hard-negative batches
 TRANSFORMS = _child(root.TRANSFORMS)
 MODEL_WRAPPERS = _child(root.MODEL_WRAPPERS, "cpu_distributed")  # DDP on CPU processes (gloo)
 WEIGHT_INITIALIZERS = _child(root.WEIGHT_INITIALIZERS)
