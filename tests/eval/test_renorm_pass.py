@@ -22,13 +22,21 @@ def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
     return (torch.log2(torch.exp2(x - peak).sum(dim)) + peak.squeeze(dim))
 
 
-def _tile(scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _tile(scores: torch.Tensor, scale: float):
+    """The scaled scores in a padded tile, and the ``again`` that gives their rows / columns."""
     rows, cols = scores.shape
     width = padded_width(cols)
-    work = with_slack(rows, width)
-    work.normal_()  # what a tile's padding holds is never summed into a row
-    work[:, :cols] = scores * scale
-    return work, with_slack(rows, width), cols
+    terms = with_slack(rows, width)
+    terms.normal_()  # what a tile's padding holds is never summed into a row
+    scaled = scores * scale
+    terms[:, :cols] = scaled
+    asked = []
+
+    def again(dim, index):
+        asked.append((dim, index.tolist()))
+        return scaled[index] if dim == 1 else scaled[:, index]
+
+    return terms, cols, again, asked
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -38,10 +46,15 @@ def test_equal_to_a_float64_log_sum_exp(threads, rows, cols):
     scale = 100.0 / math.log(2.0)
     scores = torch.nn.functional.normalize(torch.randn(rows, 16), dim=1) @ \
         torch.nn.functional.normalize(torch.randn(cols, 16), dim=1).T
-    work, terms, n = _tile(scores, scale)
+    terms, n, again, asked = _tile(scores, scale)
     with torch_threads(threads):
-        row_lse, col_lse = shifted_lse(work, terms, lse_shift(scale), (1, 0), n)
+        row_lse, col_lse = shifted_lse(terms, lse_shift(scale), (1, 0), n, again)
     assert row_lse.dtype == col_lse.dtype == torch.float64
+    # summed again: exactly the rows and columns whose terms sum below 2^-62 (float64 here)
+    terms64 = torch.exp2(scores.double() * scale - lse_shift(scale))
+    low = [(1, (terms64.sum(1) < 2.0 ** -62).nonzero().flatten().tolist()),
+           (0, (terms64.sum(0) < 2.0 ** -62).nonzero().flatten().tolist())]
+    assert asked == [(d, i) for d, i in low if i], asked
     torch.testing.assert_close(row_lse, _reference(scores * scale, 1), rtol=0, atol=1e-5)
     torch.testing.assert_close(col_lse, _reference(scores * scale, 0), rtol=0, atol=1e-5)
 
@@ -54,9 +67,11 @@ def test_rows_and_columns_far_below_the_shift_are_summed_again(threads):
     scores = torch.full((20, 70), -1.0)
     scores[:10, :35] = torch.rand(10, 35) * 0.5 + 0.5  # a block of ordinary scores
     scores[15, 3] = -0.1  # one row and column whose best term sits 2^-14 above float32's least
-    work, terms, n = _tile(scores, scale)
+    terms, n, again, asked = _tile(scores, scale)
     with torch_threads(threads):
-        row_lse, col_lse = shifted_lse(work, terms, lse_shift(scale), (1, 0), n)
+        row_lse, col_lse = shifted_lse(terms, lse_shift(scale), (1, 0), n, again)
+    # rows 10..19 but 15 and columns 35..69 but 3 hold only scores of -1: summed again
+    assert asked == [(1, [r for r in range(10, 20) if r != 15]), (0, list(range(35, 70)))]
     for got, dim in ((row_lse, 1), (col_lse, 0)):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, _reference(scores * scale, dim), rtol=0, atol=1e-5)
@@ -70,7 +85,7 @@ def test_equal_columns_get_equal_bits_at_every_position(threads, cols):
     torch.manual_seed(cols)
     scale = 100.0 / math.log(2.0)
     column = torch.rand(257, 1) * 2 - 1
-    work, terms, n = _tile(column.expand(257, cols), scale)
+    terms, n, again, _ = _tile(column.expand(257, cols), scale)
     with torch_threads(threads):
-        col_lse, = shifted_lse(work, terms, lse_shift(scale), (0,), n)
+        col_lse, = shifted_lse(terms, lse_shift(scale), (0,), n, again)
     assert bool((col_lse == col_lse[0]).all()), "equal columns got different sums"

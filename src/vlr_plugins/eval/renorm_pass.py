@@ -28,6 +28,8 @@ column's sums depend on its own scores only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vlr_plugins.eval._cpu_blas import tile_product
@@ -74,26 +76,32 @@ def lse_shift(scale: float) -> float:
     return scale - _HEADROOM
 
 
-def shifted_lse(work: torch.Tensor, terms: torch.Tensor, shift: float, dims: tuple[int, ...],
-                n_cols: int) -> list[torch.Tensor]:
-    """float64 log2-sum-exp2 along each of ``dims`` of the first ``n_cols`` columns of ``work``
+def shifted_lse(terms: torch.Tensor, shift: float, dims: tuple[int, ...], n_cols: int,
+                again: Callable[[int, torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
+    """float64 log2-sum-exp2 along each of ``dims`` of the first ``n_cols`` columns of ``terms``
     (R, W: scores times the scale; W a multiple of :data:`_LANES`, rows contiguous, storage with
-    :data:`~vlr_plugins.eval.renorm_keys.SLACK`). ``terms`` (R, W, the same layout) gets
-    ``exp2(work - shift)``; ``work`` is kept for the rows and columns summed again
-    (:data:`_LEAST_SUM`)."""
-    torch.sub(work, shift, out=terms)
-    uniform_(terms, "exp2")
+    :data:`~vlr_plugins.eval.renorm_keys.SLACK`), which is overwritten in place by
+    ``exp2(terms - shift)``. ``again(dim, index)``: the scaled scores once more of the rows
+    (``dim`` 1: (len(index), n_cols)) or the columns (``dim`` 0: (R, len(index))) whose sums are
+    below :data:`_LEAST_SUM`, summed again with their own maximum."""
+    uniform_(terms.sub_(shift), "exp2")
     out = []
     for dim in dims:
         sums = with_slack(terms.shape[0] if dim == 1 else n_cols, dtype=torch.float64, device=terms.device)
         sums.copy_(_sums(terms, dim, n_cols))
-        again = (~(sums >= _LEAST_SUM) | ~torch.isfinite(sums)).nonzero().flatten()
+        redo = (~(sums >= _LEAST_SUM) | ~torch.isfinite(sums)).nonzero().flatten()
         lse = uniform_(sums, "log2").add_(shift)
-        if len(again):
-            part = work[:, :n_cols].index_select(1 - dim, again).contiguous()
-            lse[again] = _lse_rows(with_slack(*part.shape, device=part.device), part, dim)
+        if len(redo):
+            part = again(dim, redo).contiguous()
+            lse[redo] = _lse_rows(with_slack(*part.shape, device=part.device), part, dim)
         out.append(lse)
     return out
+
+
+def _product(rows: torch.Tensor, cols: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """(R, C) ``rows @ cols.T`` times ``scale``, a new tensor (the rows or columns summed again)."""
+    out = tile_product(rows.contiguous(), cols.contiguous(), torch.empty(len(rows), len(cols), device=rows.device))
+    return out if scale == 1.0 else out.mul_(scale)
 
 
 def _sums(terms: torch.Tensor, dim: int, n_cols: int) -> torch.Tensor:
@@ -187,8 +195,14 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
                 merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
             if worker.lse is not None:
                 item_lse, text_lse = worker.lse
-                rows_lse, cols_lse = shifted_lse(worker.scores[:n_rows], worker.work[:n_rows], shift, (1, 0),
-                                                 worker.n_cols)
+                item_rows, text_rows = worker.item_rows[:n_rows], worker.text_rows[:worker.n_cols]
+
+                def again(dim: int, index: torch.Tensor) -> torch.Tensor:
+                    if dim == 1:
+                        return _product(item_rows[index], text_rows)
+                    return _product(item_rows, text_rows[index])
+
+                rows_lse, cols_lse = shifted_lse(worker.scores[:n_rows], shift, (1, 0), worker.n_cols, again)
                 torch.logaddexp2(item_lse[a0:a1], rows_lse, out=item_lse[a0:a1])
                 torch.logaddexp2(text_lse[t0:t1], cols_lse, out=text_lse[t0:t1])
 
@@ -260,8 +274,9 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
                 index = top_candidates(s, min(k, n_cols))
                 best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
                                               torch.cat([best_index, index + g0], 1), k)
-            scaled = torch.mul(worker.scores[:n_rows], beta2, out=worker.work[:n_rows])
-            log_z, = shifted_lse(scaled, worker.scores[:n_rows], shift, (0,), n_cols)  # scores overwritten
+            query_rows, gallery_rows = worker.query_rows[:n_rows], worker.gallery_rows[:n_cols]
+            log_z, = shifted_lse(worker.scores[:n_rows].mul_(beta2), shift, (0,), n_cols,
+                                 lambda dim, index: _product(query_rows, gallery_rows[index], beta2))
             g1 = g0 + n_cols
             torch.logaddexp2(worker.log_z[g0:g1], log_z, out=worker.log_z[g0:g1])
         top[b0:b0 + n_rows] = best_index
