@@ -12,7 +12,7 @@ import torch
 
 from _reference import torch_threads
 from vlr_plugins.eval.renorm_keys import with_slack
-from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse
+from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, update_best
 
 
 def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
@@ -89,3 +89,28 @@ def test_equal_columns_get_equal_bits_at_every_position(threads, cols):
     with torch_threads(threads):
         col_lse, = shifted_lse(terms, lse_shift(scale), (0,), n, again)
     assert bool((col_lse == col_lse[0]).all()), "equal columns got different sums"
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
+def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, order):
+    """update_best over the tiles of a matrix with many exact ties (scores from a few values),
+    in any order of the tiles: each query's maximum and its lowest gallery index, as argmax."""
+    g = torch.Generator().manual_seed(dim)
+    queries, gallery, step = 37, 300, 64
+    scores = torch.randint(0, 6, (queries, gallery), generator=g).float() / 5  # ties everywhere
+    scores[3] = 0.2  # a query whose every score ties
+    scores[5, 250:] = 2.0  # a late maximum
+    best, index = torch.full((queries,), -math.inf), torch.full((queries,), gallery, dtype=torch.long)
+    starts = list(range(0, gallery, step))
+    if order == "backward":
+        starts.reverse()
+    elif order == "shuffled":
+        starts = [starts[i] for i in torch.randperm(len(starts), generator=g).tolist()]
+    ones, positions = torch.ones(gallery), torch.arange(gallery, dtype=torch.float32)
+    for g0 in starts:
+        part = scores[:, g0:g0 + step]
+        tile = part.T.contiguous() if dim == 0 else part.contiguous()  # dim 0: queries are columns
+        update_best(tile, dim, g0, best, index, torch.empty_like(tile), ones, positions)
+    assert torch.equal(best, scores.max(1).values)
+    assert torch.equal(index, scores.argmax(1))  # the first maximal: the lowest index

@@ -39,7 +39,7 @@ from vlr_plugins.eval._tiles import (
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
 from vlr_plugins.eval.renorm_keys import SLACK, QueryBankChoice
-from vlr_plugins.eval.renorm_pass import merge_best, tile_best
+from vlr_plugins.eval.renorm_pass import merge_best, update_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
 _INF = float("inf")
@@ -158,8 +158,7 @@ class _Worker:
         """Each query's best raw score and index so far, with this tile's."""
         for direction, (best, index) in self.top1.items():
             dim, (q0, q1), g0 = (0, texts, items[0]) if direction == "t2i" else (1, items, texts[0])
-            value, at = tile_best(scores, dim, work, self.ones, positions)
-            merge_best(best[q0:q1], index[q0:q1], value, at + g0)
+            update_best(scores, dim, g0, best[q0:q1], index[q0:q1], work, self.ones, positions)
 
 
 def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False,

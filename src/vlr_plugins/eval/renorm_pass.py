@@ -5,7 +5,7 @@ each from one tiled pass in bounded memory.
   tiles of :class:`~vlr_plugins.eval._tiles.ScoreMatrix` (shared among the CPU workers): for the
   dual softmax every item's and every text's log2-sum-exp2 of ``s tau / ln 2``, for QB-Norm every
   query's raw top-1 (the lowest index on ties; only for the row-wise paths: the grouped pass
-  finds them itself, with :func:`tile_best`).
+  finds them itself, with :func:`update_best`).
 * :func:`bank_pass`: bank x gallery tiles: ``log2 Z_g`` of every gallery entry and the gallery
   entries in the top k of some bank query (ties: the lower index).
 
@@ -38,7 +38,10 @@ from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_s
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best"]
+__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best", "update_best"]
+
+#: where more than this share of a tile's queries may change their best, it is found for all
+_FEW_QUERIES = 0.25
 
 _INF = float("inf")
 #: the most a shifted score may reach (2^100: a tile's row or column sum stays below 2^128)
@@ -123,8 +126,33 @@ def merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index
     arg.copy_(torch.where(better, index, arg))
 
 
+def update_best(scores: torch.Tensor, dim: int, g0: int, best: torch.Tensor, index: torch.Tensor,
+                work: torch.Tensor, ones: torch.Tensor, positions: torch.Tensor) -> None:
+    """In place: each query's running (best score, its gallery index) with the tile ``scores``
+    (R, C) along ``dim`` (as :func:`tile_best`), the tile's gallery entries starting at ``g0``;
+    the lowest index on ties, whatever order the tiles come in.
+
+    Only the maxima are read everywhere (one pass). The positions are found for the queries
+    whose best the tile may change (a higher maximum, or an equal one where the best so far sits
+    after the tile's first entry), in their rows or columns alone (``argmax``: the first maximal),
+    or for the whole tile with :func:`tile_best` where they are many (a query's first tiles)."""
+    value = scores.amax(dim)
+    maybe = ((value > best) | ((value == best) & (index > g0))).nonzero().flatten()
+    if not len(maybe):
+        return
+    if len(maybe) > _FEW_QUERIES * len(value):
+        found, at = tile_best(scores, dim, work, ones, positions, value)
+        merge_best(best, index, found, at + g0)
+        return
+    at = scores.index_select(1 - dim, maybe).argmax(dim) + g0
+    found, old, old_at = value[maybe], best[maybe], index[maybe]
+    better = (found > old) | ((found == old) & (at < old_at))
+    best[maybe] = torch.where(better, found, old)
+    index[maybe] = torch.where(better, at, old_at)
+
+
 def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, ones: torch.Tensor,
-              positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              positions: torch.Tensor, value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each query's best score in the tile ``scores`` (R, C) along ``dim`` (0: per column, over
     the rows) and its position there, the lowest on ties. ``work``: (R, C) float32 scratch;
     ``ones`` and ``positions`` (0., 1., 2., ...): float32, at least max(R, C) long.
@@ -133,8 +161,8 @@ def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, ones: torch.Te
     (a strided reduction), half the product; here: the maxima (``amax``), a 0/1 mask of the
     scores equal to them, and two matrix-vector products: how many attain it and the sum of
     their positions, which is the position when one does (exact in float32: positions < 2^24);
-    a query with several is read from its mask row (the first 1)."""
-    value = scores.amax(dim, keepdim=True)
+    a query with several is read from its mask row (the first 1). ``value``: the maxima, if known."""
+    value = scores.amax(dim, keepdim=True) if value is None else value.unsqueeze(dim)
     torch.eq(scores, value, out=work)
     mask = work if dim == 1 else work.T  # (queries, candidates)
     count = torch.mv(mask, ones[:mask.shape[1]])
@@ -188,11 +216,11 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
             s, w = worker.scores[:n_rows, :worker.n_cols], worker.work[:n_rows, :worker.n_cols]
             t1, a1 = t0 + worker.n_cols, a0 + n_rows
             if worker.top1[0] is not None:
-                value, index = tile_best(s, 0, w, worker.ones, worker.positions)
-                merge_best(worker.top1[0][0][t0:t1], worker.top1[0][1][t0:t1], value, index + a0)
+                update_best(s, 0, a0, worker.top1[0][0][t0:t1], worker.top1[0][1][t0:t1], w, worker.ones,
+                            worker.positions)
             if worker.top1[1] is not None:
-                value, index = tile_best(s, 1, w, worker.ones, worker.positions)
-                merge_best(worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], value, index + t0)
+                update_best(s, 1, t0, worker.top1[1][0][a0:a1], worker.top1[1][1][a0:a1], w, worker.ones,
+                            worker.positions)
             if worker.lse is not None:
                 item_lse, text_lse = worker.lse
                 item_rows, text_rows = worker.item_rows[:n_rows], worker.text_rows[:worker.n_cols]
@@ -268,8 +296,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             tile_product(worker.query_rows, worker.gallery_rows, worker.scores)
             s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
             if k == 1:  # the official default: no sort
-                value, at = tile_best(s, 1, w, worker.ones, worker.positions)
-                merge_best(best[:, 0], best_index[:, 0], value, at + g0)
+                update_best(s, 1, g0, best[:, 0], best_index[:, 0], w, worker.ones, worker.positions)
             else:
                 index = top_candidates(s, min(k, n_cols))
                 best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
