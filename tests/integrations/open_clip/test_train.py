@@ -346,3 +346,20 @@ def test_a_loss_that_cannot_be_built_is_a_user_error(tiny_data):
     with pytest.raises(UserError, match="temperature must be > 0"):
         resolve_arguments(["--train-data", tiny_data["jsonl"], "--model", "vlr-tiny",
                            "--vlr-loss-args", "{temperature: -1}"])
+
+
+@pytest.mark.parametrize("env, processes", [({}, 1), ({"WORLD_SIZE": "4"}, 4), ({"SLURM_NTASKS": "4"}, 4),
+                                            ({"OMPI_COMM_WORLD_SIZE": "2"}, 1)])
+def test_a_recipes_global_batch_is_split_over_the_processes_of_any_launcher(tiny_data, monkeypatch, env,
+                                                                            processes):
+    """torchrun's WORLD_SIZE, srun's SLURM_NTASKS (srun sets no WORLD_SIZE: every process once
+    took the whole global batch): counted as open_clip_train counts them (it does not run
+    distributed on MPI's variables alone, so neither is the batch split there)."""
+    for name in ("WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _, rest = resolve_arguments(["--vlr-recipe", "open_clip/c7", "--train-data", tiny_data["jsonl"]])
+    from open_clip_train.params import parse_args
+
+    assert parse_args(rest).batch_size * processes == 256

@@ -21,6 +21,7 @@ from vlr_plugins.integrations.mmengine.config_parts import (
     check_model_type,
     check_train_file,
     count_samples,
+    launcher_world_size,
     runtime_config,
     schedulers,
     text_encoder_config,
@@ -52,6 +53,8 @@ def recipe_to_mmengine_config(
     is read here. A video-text recipe (``data.schema: mvc``) is built by
     :func:`~vlr_plugins.integrations.mmengine.mvc_config.mvc_recipe_to_mmengine_config`.
     """
+    if world_size is None:  # the launcher's count of processes (srun's, mpirun's, torchrun's)
+        world_size = launcher_world_size(launcher)
     if recipe.data.schema == "mvc":
         return mvc_recipe_to_mmengine_config(recipe, work_dir, tokenizer=tokenizer, world_size=world_size,
                                              launcher=launcher, log_level=log_level)

@@ -155,12 +155,36 @@ def check_train_file(recipe: Recipe) -> str:
     return value
 
 
+#: where each MMEngine launcher finds the number of processes (what its ``init_dist`` reads)
+_WORLD_SIZE_VARS = {"pytorch": ("WORLD_SIZE",), "slurm": ("SLURM_NTASKS", "WORLD_SIZE"),
+                    "mpi": ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"), "none": ("WORLD_SIZE",)}
+
+
+def launcher_world_size(launcher: str = "none") -> int:
+    """The number of processes of a run started by MMEngine's ``launcher``, read before MMEngine
+    starts its process group (the config is built first): torchrun's ``WORLD_SIZE``, srun's
+    ``SLURM_NTASKS``, Open MPI's ``OMPI_COMM_WORLD_SIZE`` (``WORLD_SIZE`` where that is unset;
+    1 where none is set)."""
+    for name in _WORLD_SIZE_VARS.get(launcher, ("WORLD_SIZE",)):
+        value = os.environ.get(name)
+        if value:
+            try:
+                world = int(value)
+            except ValueError:
+                raise ConfigError(f"${name}={value!r}: expected the number of processes") from None
+            if world < 1:
+                raise ConfigError(f"${name}={value!r}: expected the number of processes (>= 1)")
+            return world
+    return 1
+
+
 def batch_layout(recipe: Recipe, world_size: int | None) -> tuple[int, int]:
     """``(batch per process, iterations per epoch)``: ``train.batch_size`` (the global
-    contrastive batch) split over ``world_size`` processes (default ``$WORLD_SIZE``), and the
-    samples of ``data.train`` (after ``data.fraction``) it makes batches of."""
+    contrastive batch) split over ``world_size`` processes (default :func:`launcher_world_size`
+    without a launcher: ``$WORLD_SIZE``), and the samples of ``data.train`` (after
+    ``data.fraction``) it makes batches of."""
     t, d = recipe.train, recipe.data
-    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size or launcher_world_size()
     if t.batch_size % world:
         raise recipe.error("train.batch_size", f"{t.batch_size} does not split evenly over {world} processes")
     per_rank = t.batch_size // world

@@ -19,6 +19,7 @@ from vlr_plugins.integrations.mmengine.config_parts import (
     batch_layout,
     check_train_file,
     kept_samples,
+    launcher_world_size,
     runtime_config,
     schedulers,
     text_encoder_config,
@@ -106,7 +107,7 @@ def _hard_negative_steps(recipe: Recipe, per_rank: int, world_size: int | None) 
         raise recipe.error("data.hard_negatives.per_anchor", f"{spec.per_anchor} hard negatives per anchor leave no "
                                                              f"room for the anchor in a batch of {per_rank} per "
                                                              "process (train.batch_size over the processes)")
-    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size or launcher_world_size()
     steps = batches_per_replica(kept_samples(recipe), per_rank, world, t.drop_last)
     if steps < 1:
         raise recipe.error("train.batch_size", f"{kept_samples(recipe)} samples give no full step of "

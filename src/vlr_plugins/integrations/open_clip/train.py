@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -168,7 +167,10 @@ def _recipe_defaults(recipe: Recipe, argv: Sequence[str]) -> list[str]:
             f"{t.length_blocks}, but vlr openclip-train encodes a batch's texts in one block: open_clip pads "
             "every text to the context length and encode_text needs that width; leave it at 1",
         )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    # the processes as open_clip_train counts them (torchrun's WORLD_SIZE, srun's SLURM_NTASKS, MPI's)
+    from open_clip_train.distributed import is_using_distributed, world_info_from_env
+
+    world = world_info_from_env()[2] if is_using_distributed() else 1
     if t.batch_size % world:
         raise RecipeError(
             recipe.source,
