@@ -83,3 +83,21 @@ def test_eval_metrics_refuses(argv, where, tmp_path, monkeypatch):
 def test_the_catalogue_covers_every_metric_option():
     options = {a for row in CASES for a in row[1] if a.startswith("--")}
     assert {"--metrics", "--tables", "--truncation-metric", "--capst"} <= options
+
+
+@pytest.mark.parametrize("value", ["mkl", "openblas"])
+def test_eval_and_mine_refuse_an_unknown_cpu_blas(value, tmp_path, monkeypatch):
+    """``VLR_CPU_BLAS`` (the engine's CPU tile BLAS) checked before anything is read or encoded."""
+    places = {"tmp": str(tmp_path)}
+    lines = "".join(json.dumps({"id": i, "texts": ts}) + "\n" for i, ts in TEXTS.items())
+    write_files(tmp_path, {"bench.yaml": BENCH, "split.jsonl": lines, "store": _store,
+                           "toy_catalogue_model.py": MODEL}, places)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setenv("VLR_CPU_BLAS", value)
+    before = tree(tmp_path)
+    where = ["VLR_CPU_BLAS", repr(value), "expected one of torch, numpy, auto"]
+    assert_refused([fill(a, places) for a in _eval()], *where, leaves=[tmp_path / "results"], cwd=tmp_path)
+    assert_refused(["mine", "paragraph", str(tmp_path / "split.jsonl"), "--model", "toy_catalogue_model:Model",
+                    "--out", str(tmp_path / "mined.jsonl")],
+                   *where, leaves=[tmp_path / "mined.jsonl"], cwd=tmp_path)
+    assert tree(tmp_path) == before, "the folder changed"

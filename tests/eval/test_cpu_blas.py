@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval import _cpu_blas
 from vlr_plugins.eval._cpu_blas import blas_threads, choice, tile_product
 from vlr_plugins.eval._tile_workers import one_thread_per_worker
@@ -54,7 +55,7 @@ def test_the_override_and_a_bad_value(monkeypatch):
         monkeypatch.setenv("VLR_CPU_BLAS", name)
         assert choice() == name.strip().lower()
     monkeypatch.setenv("VLR_CPU_BLAS", "mkl")
-    with pytest.raises(ValueError, match="VLR_CPU_BLAS='mkl': expected one of torch, numpy, auto"):
+    with pytest.raises(ConfigError, match="VLR_CPU_BLAS='mkl': expected one of torch, numpy, auto"):
         choice()
 
 

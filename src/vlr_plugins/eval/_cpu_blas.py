@@ -34,7 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["blas_threads", "choice", "tile_product"]
+from vlr_plugins.errors import ConfigError
+
+__all__ = ["blas_threads", "choice", "setting", "tile_product"]
 
 _CHOICES = ("torch", "numpy")
 #: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
@@ -124,14 +126,20 @@ def _calibrated() -> str:
     return pick
 
 
+def setting() -> str:
+    """``VLR_CPU_BLAS`` as given: ``torch``, ``numpy`` or ``auto`` (the default); a
+    :class:`~vlr_plugins.errors.ConfigError` naming it otherwise (commands check it up front)."""
+    wanted = os.environ.get("VLR_CPU_BLAS", "auto").strip().lower() or "auto"
+    if wanted not in (*_CHOICES, "auto"):
+        raise ConfigError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, auto (the BLAS of the "
+                          "retrieval engine's CPU tile products)")
+    return wanted
+
+
 def choice() -> str:
     """``"torch"`` or ``"numpy"``: the BLAS of CPU float32 tile products (see the module)."""
-    wanted = os.environ.get("VLR_CPU_BLAS", "auto").strip().lower() or "auto"
-    if wanted in _CHOICES:
-        return wanted
-    if wanted != "auto":
-        raise ValueError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, auto")
-    return _calibrated()
+    wanted = setting()
+    return wanted if wanted in _CHOICES else _calibrated()
 
 
 def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> None:

@@ -220,6 +220,9 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
 
 
 def cmd_mine(args: argparse.Namespace) -> int:
+    from vlr_plugins.eval._cpu_blas import setting
+
+    setting()  # VLR_CPU_BLAS
     check_shard_options(args)
     done = _check_paths(args)
     if done is not None:

@@ -1,0 +1,156 @@
+"""Benchmark: single-threaded CPU-time ratios of the retrieval engine's paths, in one process.
+
+    python benchmarks/cpu_time_ratios.py renorm            # 10K x 50K: plain, DSL, QB-Norm (+ the passes)
+    python benchmarks/cpu_time_ratios.py mine              # 4K x 50K and 4,096 x 118,287: mine vs faiss
+    python benchmarks/cpu_time_ratios.py renorm --size 4000x20000 --rounds 5 --blas torch,numpy
+
+On a machine shared with other jobs, wall time measures the load as much as the code; one
+thread's CPU time (``getrusage``) is steadier: everything here runs on one thread (torch's
+intra-op threads, numpy's and faiss' BLAS / OpenMP threads set to 1), in one process, the
+methods alternated round by round, and each ratio is between the fastest rounds, against the
+baseline measured in the same run (the plain engine; faiss' exact ``IndexFlatIP`` search).
+Each ``--blas`` (the engine's CPU tile BLAS, ``VLR_CPU_BLAS``) is measured in turn.
+
+* ``renorm``: ``retrieval_recall`` plain, with ``DualSoftmax(100)`` and with
+  ``QueryBankNorm(text_bank=...)`` (a bank as large as the texts), on texts near their items
+  (as in ``retrieval_recall.py``'s ``_near`` methods), and the passes alone: the grouped pass
+  without keys, DSL's statistics pass (``test_pass``) and its rank pass (``grouped_ranks`` with
+  the keys).
+* ``mine``: ``mine_hard_negatives(k=10)`` against faiss' ``add`` + ``search(k + 1)`` (what
+  sentence-transformers' ``use_faiss=True`` does), random unit vectors, one positive per query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import cpu_description, describe  # noqa: E402
+
+
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _rounds(methods: dict, rounds: int, blas: list[str]) -> dict[str, list[float]]:
+    """CPU seconds of every (BLAS, method) per round, the methods alternated."""
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for choice in blas:
+            os.environ["VLR_CPU_BLAS"] = choice
+            for name, run in methods.items():
+                start = _cpu_seconds()
+                run()
+                times.setdefault(f"{choice}:{name}", []).append(_cpu_seconds() - start)
+    return times
+
+
+def renorm(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
+    import retrieval_recall as rr
+    import torch
+
+    from vlr_plugins.eval import retrieval_recall
+    from vlr_plugins.eval._tiles import ScoreMatrix
+    from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
+    from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm, renorm_keys
+    from vlr_plugins.eval.renorm_pass import test_pass
+
+    items, texts, owner = rr.make_embeddings(n, m, near=True)
+    bank = rr._text_bank(n, m)
+    matrix = ScoreMatrix(items, texts, owner, device=torch.device("cpu"), max_chunk_bytes=256 * 2**20)
+    keys = renorm_keys(DualSoftmax(100.0), matrix)
+    two, three = diagonal_blocks(matrix), diagonal_blocks(matrix, buffers=3)
+    methods = {
+        "plain": lambda: retrieval_recall(items, texts, owner),
+        "dsl": lambda: retrieval_recall(items, texts, owner, renorm=DualSoftmax(100.0)),
+        "qbnorm": lambda: retrieval_recall(items, texts, owner, renorm=QueryBankNorm(text_bank=bank)),
+        "grouped pass": lambda: grouped_ranks(matrix, two),
+        "dsl statistics pass": lambda: test_pass(matrix, tau2=100.0 / math.log(2.0)),
+        "dsl rank pass": lambda: grouped_ranks(matrix, three, keys=keys),
+    }
+    times = _rounds(methods, rounds, blas)
+    records = []
+    for choice in blas:
+        base = min(times[f"{choice}:plain"])
+        for name in methods:
+            t = times[f"{choice}:{name}"]
+            records.append({"size": f"{n}x{m}", "blas": choice, "method": name, "best_s": min(t),
+                            "median_s": sorted(t)[len(t) // 2], "over_plain": min(t) / base,
+                            "factored_keys": keys.shift is not None})
+    return records
+
+
+def mine(sizes: list[tuple[int, int]], rounds: int, blas: list[str]) -> list[dict]:
+    import faiss
+    import torch
+
+    from vlr_plugins.eval import mine_hard_negatives
+
+    faiss.omp_set_num_threads(1)
+    records = []
+    for q_n, g_n in sizes:
+        g = torch.Generator().manual_seed(0)
+        queries = torch.nn.functional.normalize(torch.randn(q_n, 256, generator=g), dim=1)
+        gallery = torch.nn.functional.normalize(torch.randn(g_n, 256, generator=g), dim=1)
+        positives = [[i * g_n // q_n] for i in range(q_n)]
+
+        def by_faiss():
+            index = faiss.IndexFlatIP(256)
+            index.add(gallery.numpy())
+            return index.search(queries.numpy(), 11)
+
+        times = _rounds({"engine": lambda: mine_hard_negatives(queries, gallery, positives, k=10)}, rounds, blas)
+        times.update(_rounds({"faiss": by_faiss}, rounds, blas[:1]))
+        base = min(times[f"{blas[0]}:faiss"])
+        for key, t in times.items():
+            choice, name = key.split(":")
+            records.append({"size": f"{q_n}x{g_n}", "blas": choice if name == "engine" else "faiss's",
+                            "method": name, "best_s": min(t), "median_s": sorted(t)[len(t) // 2],
+                            "over_faiss": min(t) / base})
+    return records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("renorm", "mine"))
+    parser.add_argument("--size", action="append", help="QxG (default: renorm 10000x50000; mine 4000x50000 "
+                                                       "and 4096x118287)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blas", default="numpy,torch", help="the engine's tile BLAS choices measured")
+    parser.add_argument("--json", help="also write the records here")
+    args = parser.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    import torch
+
+    torch.set_num_threads(1)
+    default = ["10000x50000"] if args.what == "renorm" else ["4000x50000", "4096x118287"]
+    sizes = [tuple(int(v) for v in s.split("x")) for s in (args.size or default)]
+    blas = args.blas.split(",")
+    with threadpool_limits(1):
+        if args.what == "renorm":
+            records = [r for n, m in sizes for r in renorm(n, m, args.rounds, blas)]
+        else:
+            records = mine(sizes, args.rounds, blas)
+    print(f"\n{describe()}; one thread, CPU time, fastest of {args.rounds} alternated rounds; "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    ratio = "over_plain" if args.what == "renorm" else "over_faiss"
+    print(f"| size | tile BLAS | method | best CPU s | median CPU s | best / {ratio.split('_')[1]} |")
+    print("|---|---|---|---|---|---|")
+    for r in records:
+        print(f"| {r['size']} | {r['blas']} | {r['method']} | {r['best_s']:.2f} | {r['median_s']:.2f} | "
+              f"{r[ratio]:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": cpu_description(), "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
