@@ -100,7 +100,9 @@ def write_audio_only(path: str | os.PathLike[str]) -> str:
 def torchcodec_missing() -> str | None:
     """Why torchcodec's decoder cannot load here (no package, or no FFmpeg libraries), or None."""
     try:
-        from torchcodec.decoders import VideoDecoder  # noqa: F401
+        from vlr_plugins.data.video._torchcodec import torchcodec_decoder_class
+
+        torchcodec_decoder_class()
     except Exception as e:  # ImportError; RuntimeError/OSError when FFmpeg's shared libraries are missing
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return f"torchcodec cannot load: {type(e).__name__}: {first}"

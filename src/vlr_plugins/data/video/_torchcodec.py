@@ -1,8 +1,10 @@
 """The torchcodec backend: ``VideoDecoder(seek_mode="exact")``, which scans the file for an
 exact frame index (as the PyAV backend does) and seeks to the frames asked for.
 
-torchcodec links against the system's FFmpeg shared libraries (4 to 8); without them
-importing its decoders fails, and this backend says so with an ``ImportError``.
+torchcodec links against the system's FFmpeg shared libraries (4 to 9); without them
+importing its decoders fails (older torchcodec) or torchcodec imports with no FFmpeg loaded
+(``ffmpeg_major_version`` None, newer torchcodec), and this backend says so with an
+``ImportError`` either way, before any video is opened.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def torchcodec_decoder_class() -> Any:
     """``torchcodec.decoders.VideoDecoder``, or an ``ImportError`` saying why it cannot load."""
     try:
         from torchcodec.decoders import VideoDecoder
+
+        _check_ffmpeg_loaded()
     except Exception as e:  # ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ImportError(
@@ -37,6 +41,15 @@ def torchcodec_decoder_class() -> Any:
             f"failed: {type(e).__name__}: {first_line}"
         ) from e
     return VideoDecoder
+
+
+def _check_ffmpeg_loaded() -> None:
+    """Newer torchcodec imports without FFmpeg's libraries (it then sets ``ffmpeg_major_version``
+    to None) and fails at the first decoder: refuse it here, before any video is opened."""
+    import torchcodec
+
+    if hasattr(torchcodec, "ffmpeg_major_version") and torchcodec.ffmpeg_major_version is None:
+        raise RuntimeError("Could not load libtorchcodec: FFmpeg's shared libraries (versions 4 to 9) were not found")
 
 
 def _reason(e: BaseException) -> str:
