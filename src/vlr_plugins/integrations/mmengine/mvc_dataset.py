@@ -18,10 +18,9 @@ the core dataset makes them (MMEngine seeds the workers per rank).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
-
-import random
 
 import torch
 from torch.utils.data import get_worker_info
