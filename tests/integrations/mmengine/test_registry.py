@@ -127,7 +127,8 @@ def test_the_source_scan_finds_the_registrations():
     assert found["DATASETS"]["EOLTripletsDataset"] == f"{_PACKAGE}.nli_dataset"
     assert found["METRICS"] == {"RetrievalRecallMetric": f"{_PACKAGE}.metric"}
     assert found["MODEL_WRAPPERS"] == {"CpuCapableDistributedDataParallel": f"{_PACKAGE}.cpu_distributed"}
-    assert found["DATA_SAMPLERS"] == {"MinedHardNegativeBatchSampler": f"{_PACKAGE}.hard_negative_sampler"}
+    assert found["DATA_SAMPLERS"] == {"MinedHardNegativeBatchSampler": f"{_PACKAGE}.hard_negative_sampler",
+                                      "GlobalBatchSampler": f"{_PACKAGE}.global_batch_sampler"}
     assert computed == {f"{_PACKAGE}.model"}, "only the core's losses and encoders are registered by a loop"
 
 

@@ -1,7 +1,7 @@
 """MMEngine integration: registries of the ``vlr_plugins`` scope, filled from the core.
 
 The models (text-only retrieval, MVC video-text pretraining, CaRe's MLLM stages), datasets,
-collate functions, MVC's hard-negative batch sampler, metric and hooks register themselves
+collate functions, MVC's batch samplers, metric and hooks register themselves
 when their module is imported, and each registry lists its modules as ``locations=``
 (:mod:`.registry`): configs reach them with ``custom_imports=dict(imports=
 ['vlr_plugins.integrations.mmengine'])`` and ``default_scope='vlr_plugins'``, and MMEngine
@@ -19,6 +19,7 @@ __all__ = [
     "ParagraphTextViewsDataset", "RetrievalEvalDataset", "RetrievalRecallMetric",
     "TextOnlyRetrievalModel", "WeightsOnlyCheckpointHook",
     "MVCVideoTextDataset", "VideoTextPretrainingModel", "vlr_mvc_collate", "MinedHardNegativeBatchSampler",
+    "GlobalBatchSampler",
     "recipe_to_mmengine_config", "vlr_text_views_collate",
 ]
 
@@ -33,6 +34,7 @@ _LAZY = {
     "MVCVideoTextDataset": f"{_HERE}.mvc_dataset",
     "vlr_mvc_collate": f"{_HERE}.mvc_dataset",
     "MinedHardNegativeBatchSampler": f"{_HERE}.hard_negative_sampler",
+    "GlobalBatchSampler": f"{_HERE}.global_batch_sampler",
     "VideoTextPretrainingModel": f"{_HERE}.mvc_model",
     "recipe_to_mmengine_config": f"{_HERE}.config",
 }

@@ -139,7 +139,10 @@ def mvc_recipe_to_mmengine_config(
     ``MVCVideoTextDataset`` (``data.train``, ``data.video_root``, the text views, clips read as
     ``video`` says) batched by ``vlr_mvc_collate``. Schedule: linear warm-up over
     ``train.warmup_epochs`` epochs (or ``warmup_steps`` iterations), cosine to ``min_lr``;
-    ``train.batch_size`` is the global batch, split over ``world_size`` processes.
+    ``train.batch_size`` is the global batch, split over ``world_size`` processes, each taking a
+    contiguous slice of every global batch (``GlobalBatchSampler``: gathered, it is the
+    one-process batch in its order, as VTM's per-row draws need); VTM's and MLM's draws are
+    seeded by ``train.seed`` and the iteration (``draw_seed``).
     """
     from vlr_plugins.recipe.video_text import view_names
     from vlr_plugins.text.dual_cls import VIEWS
@@ -164,9 +167,13 @@ def mvc_recipe_to_mmengine_config(
     collate = dict(type="vlr_plugins.vlr_mvc_collate", pad_token_id=tokenizer_obj.pad_token_id or 0)
     model = dict(type="VideoTextPretrainingModel", text_encoder=model_cfg, video_encoder=tower, loss=loss,
                  video_checkpoint=checkpoint, video_checkpoint_layout=video.checkpoint_layout,
-                 freeze_video=not video.trainable, grad_checkpointing=t.grad_checkpointing)
+                 freeze_video=not video.trainable, grad_checkpointing=t.grad_checkpointing,
+                 draw_seed=t.seed)
     loader = train_loader(recipe, dataset, collate, shuffle=True, batch_size=per_rank, drop_last=t.drop_last)
-    if d.hard_negatives is not None:
+    if d.hard_negatives is None:
+        # the gathered batch in the one-process order: VTM draws a negative per row of it
+        loader["sampler"] = dict(type="GlobalBatchSampler", shuffle=True, batch_size=per_rank)
+    else:
         # a DataLoader with a batch_sampler takes no drop_last: the batch sampler applies it
         loader.pop("drop_last")
         loader["batch_sampler"] = dict(type="MinedHardNegativeBatchSampler",
@@ -176,6 +183,8 @@ def mvc_recipe_to_mmengine_config(
         param_scheduler=schedulers(recipe, t.epochs * iters_per_epoch, iters_per_epoch),
     )
     if not all(loss.get(f"{term}_weight", 1.0) for term in ("vtc", "vtm", "mlm")):
-        # a term switched off leaves its head without gradient, which DDP must be told
-        cfg["model_wrapper_cfg"] = dict(type="MMDistributedDataParallel", find_unused_parameters=True)
+        # a term switched off leaves its head without gradient, which DDP must be told; the
+        # Runner passes it to its default wrapper (CpuCapableDistributedDataParallel on CPU
+        # processes), which naming MMDistributedDataParallel here would replace
+        cfg["find_unused_parameters"] = True
     return cfg

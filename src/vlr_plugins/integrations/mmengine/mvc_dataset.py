@@ -6,18 +6,28 @@ captions from the recipe's candidate fields (seeded, new every step), and
 :class:`~vlr_plugins.data.VideoClips` decodes and samples the video's frames in the worker.
 This module declares the dataset with the arguments a config gives, tokenizes each drawn
 caption at its view's budget, and stacks a batch.
+
+Draws in the main process (``num_workers: 0``) are the sample's own: each item's frames,
+crop, flip and captions come from a generator seeded by the dataset's ``seed``, the epoch
+(MMEngine's message hub) and the sample's index, and leave torch's global generator as they
+found it. So a sample gets the same clip and captions whatever the number of processes
+(``torchrun``), rank or position in the epoch, and a resumed run draws what the
+uninterrupted one drew. In data-loader workers the draws come from the worker's seed, as
+the core dataset makes them (MMEngine seeds the workers per rank).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.utils.data import get_worker_info
 
 from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned
 from vlr_plugins.data.mvc_samples import read_mvc_samples
-from vlr_plugins.data.text_views import TextView, TextViews
+from vlr_plugins.data.text_views import TextView, TextViews, ViewDraws
 from vlr_plugins.data.video import video_transform
 from vlr_plugins.data.video_media import VideoClips
 from vlr_plugins.integrations.mmengine.dataset import _TokenIds
@@ -25,6 +35,26 @@ from vlr_plugins.integrations.mmengine.registry import DATASETS, FUNCTIONS
 from vlr_plugins.text.tokenizer import pad_token_rows
 
 __all__ = ["MVCVideoTextDataset", "vlr_mvc_collate"]
+
+
+def _training_epoch() -> int | None:
+    """The epoch MMEngine's runner is in (``None`` outside a run)."""
+    from mmengine.logging import MessageHub
+
+    if not MessageHub._instance_dict:
+        return None
+    return MessageHub.get_current_instance().get_info("epoch")
+
+
+class _SampleDraws(ViewDraws):
+    """``take: random`` draws of a sample from ``(seed, epoch, index)`` in the main process of
+    a run: not from the process's count of items, which depends on the world size."""
+
+    def rng(self, index: int) -> random.Random:
+        epoch = _training_epoch()
+        if get_worker_info() is not None or epoch is None:
+            return super().rng(index)
+        return random.Random(f"{self.seed}/{epoch}/{index}")
 
 
 class _MVCTrainItem:
@@ -80,6 +110,16 @@ class MVCVideoTextDataset(TextViewsDataset):
         clips = VideoClips(frames, sampler, transform, backend=backend, check_files=check_files)
         super().__init__(read_mvc_samples(ann_file, video_root=video_root), text_views, clips,
                          transform=_MVCTrainItem(tokenizer, views), source=ann_file, fraction=fraction, seed=seed)
+        self._draws = _SampleDraws(seed)
+
+    def __getitem__(self, index: int) -> Any:
+        epoch = _training_epoch()
+        if get_worker_info() is not None or epoch is None:
+            return super().__getitem__(index)
+        # the clip's frames, crop and flip from the sample's own seed, torch's state kept
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(random.Random(f"{self.seed}/{epoch}/{index}/clip").getrandbits(63))
+            return super().__getitem__(index)
 
 
 @FUNCTIONS.register_module()

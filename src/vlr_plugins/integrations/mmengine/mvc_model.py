@@ -3,6 +3,7 @@ the core dual-CLS text encoder, a matching head, and the core ``VideoTextPretrai
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import torch
@@ -32,7 +33,11 @@ class VideoTextPretrainingModel(BaseModel):
     (:func:`~vlr_plugins.vision.load_stage_one`: the pooled head and projection start fresh). ``freeze_video``:
     the tower's weights do not train and no gradient is computed through it (its token
     dropping still applies in training mode). ``grad_checkpointing``: the tower's blocks and
-    the text layers are recomputed in the backward pass.
+    the text layers are recomputed in the backward pass. ``draw_seed``: VTM's negatives and
+    MLM's masks are drawn, at each training iteration, from a generator seeded by
+    ``(draw_seed, iteration)`` (MMEngine's message hub), the same on every rank: VTM's draws
+    over the gathered batch are then what one process draws, and a resumed run draws what
+    the uninterrupted one drew; ``None``, or outside a run: torch's global generator.
 
     Batches come from ``vlr_mvc_collate``: ``frames`` (B, T, 3, S, S), every caption in one
     padded block ``input_ids`` / ``attention_mask`` (N, L), ``text_owner`` (N,) its video and
@@ -51,7 +56,7 @@ class VideoTextPretrainingModel(BaseModel):
 
     def __init__(self, text_encoder: dict | nn.Module, video_encoder: dict | nn.Module, loss: dict | nn.Module,
                  video_checkpoint: str | None = None, video_checkpoint_layout: str = "auto",
-                 freeze_video: bool = False, grad_checkpointing: bool = False,
+                 freeze_video: bool = False, grad_checkpointing: bool = False, draw_seed: int | None = None,
                  data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         from vlr_plugins.text.dual_cls import VIEWS
@@ -80,6 +85,7 @@ class VideoTextPretrainingModel(BaseModel):
         self.register_buffer("_to_loss_view", to_loss, persistent=False)
         self.register_buffer("_to_encoder_view", torch.tensor([VIEWS.index(v) for v in self.loss_fn.views]),
                              persistent=False)
+        self.draw_seed = draw_seed
         self.freeze_video = bool(freeze_video)
         if self.freeze_video:
             self.video_encoder.requires_grad_(False)
@@ -124,6 +130,17 @@ class VideoTextPretrainingModel(BaseModel):
                              f"{list(self.loss_fn.views)}")
         return views
 
+    def _step_generator(self, device: torch.device) -> torch.Generator | None:
+        """The generator of this iteration's VTM and MLM draws (see ``draw_seed``)."""
+        from mmengine.logging import MessageHub
+
+        if self.draw_seed is None or not MessageHub._instance_dict:
+            return None
+        step = MessageHub.get_current_instance().get_info("iter")
+        if step is None:
+            return None
+        return torch.Generator(device=device).manual_seed(random.Random(f"{self.draw_seed}/{step}").getrandbits(63))
+
     def forward(self, frames: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 text_owner: torch.Tensor, text_view: torch.Tensor, ids: list[str] | None = None,
                 mode: str = "tensor") -> Any:
@@ -132,7 +149,7 @@ class VideoTextPretrainingModel(BaseModel):
         if mode == "loss":
             return self.loss_fn(self, video.embedding, text.embeds, text_owner, self._loss_views(text_view),
                                 video_tokens=video.tokens, text_hidden=text.hidden, input_ids=input_ids,
-                                attention_mask=attention_mask)
+                                attention_mask=attention_mask, generator=self._step_generator(frames.device))
         if mode == "tensor":
             return video.embedding, text.embeds
         if mode == "predict":

@@ -34,7 +34,8 @@ RUNNER_CONSTRUCTORS = _child(root.RUNNER_CONSTRUCTORS)
 LOOPS = _child(root.LOOPS)
 HOOKS = _child(root.HOOKS, "hooks", "pretrained_export")
 STRATEGIES = _child(root.STRATEGIES)
-DATA_SAMPLERS = _child(root.DATA_SAMPLERS, "hard_negative_sampler")  # MVC's mined hard-negative batches
+# MVC's mined hard-negative batches; global batches dealt out in contiguous slices
+DATA_SAMPLERS = _child(root.DATA_SAMPLERS, "hard_negative_sampler", "global_batch_sampler")
 TRANSFORMS = _child(root.TRANSFORMS)
 MODEL_WRAPPERS = _child(root.MODEL_WRAPPERS, "cpu_distributed")  # DDP on CPU processes (gloo)
 WEIGHT_INITIALIZERS = _child(root.WEIGHT_INITIALIZERS)
