@@ -96,6 +96,29 @@ CASES = [
      ["{tmp}/samples.jsonl", "line 2", "caption"]),
     ("text bank: not JSON", _qb("--query-bank-texts", "{tmp}/broken.jsonl"),
      ["{tmp}/broken.jsonl", "line 2", "invalid JSON"]),
+    ("bank fields: without a text bank", _qb("--query-bank-items", "{tmp}/bank_store", "--query-bank-fields",
+                                             "paragraph"),
+     ["--query-bank-fields", "give that bank too"]),
+    ("bank fields: without --renorm", _eval("--query-bank-fields", "paragraph"),
+     ["--query-bank-fields", "give --renorm qbnorm too"]),
+    ("bank fields: on a bank of plain texts", _qb("--query-bank-texts", "{tmp}/bank.txt", "--query-bank-fields",
+                                                  "caption"),
+     ["--query-bank-fields", "{tmp}/bank.txt", "text lines", "paragraph or MVC samples"]),
+    ("bank fields: a paragraph sample's unknown field", _qb("--query-bank-texts", "{tmp}/paragraphs.jsonl",
+                                                            "--query-bank-fields", "caption,paragraf"),
+     ["--query-bank-fields", "{tmp}/paragraphs.jsonl", "no text field 'paragraf'", "did you mean 'paragraph'?"]),
+    ("bank fields: an MVC sample's unknown field", _qb("--query-bank-texts", "{tmp}/mvc.jsonl",
+                                                       "--query-bank-fields", "D3"),
+     ["--query-bank-fields", "{tmp}/mvc.jsonl", "MVC samples", "no text field 'D3'", "D1*"]),
+    ("bank fields: a name twice", _qb("--query-bank-texts", "{tmp}/paragraphs.jsonl", "--query-bank-fields",
+                                      "paragraph,paragraph"),
+     ["--query-bank-fields", "'paragraph' named twice"]),
+    ("bank fields: an empty name", _qb("--query-bank-texts", "{tmp}/paragraphs.jsonl", "--query-bank-fields",
+                                       "caption,"),
+     ["--query-bank-fields", "field names separated by commas"]),
+    ("bank fields: no sample has the field", _qb("--query-bank-texts", "{tmp}/samples_ok.jsonl",
+                                                 "--query-bank-fields", "paragraph"),
+     ["--query-bank-texts", "{tmp}/samples_ok.jsonl", "holds no texts", "paragraph samples (paragraph)"]),
     ("item bank: missing", _qb("--query-bank-items", "{tmp}/no_store"),
      ["--query-bank-items", "no embedding store at {tmp}/no_store"]),
     ("item bank: a file", _qb("--query-bank-items", "{tmp}/bank.txt"),
@@ -112,6 +135,9 @@ FILES = {
     "texts.jsonl": '{"text": "a cat"}\n{"text": "a dog"}\n{"id": 3}\n',
     "samples.jsonl": '{"id": "a", "caption": "a cat"}\n{"id": "b", "caption": ""}\n',
     "broken.jsonl": '"a cat"\n{"text": \n',
+    "paragraphs.jsonl": '{"id": "a", "caption": "a cat", "paragraph": "A cat sits. It is grey."}\n',
+    "samples_ok.jsonl": '{"id": "a", "caption": "a cat"}\n{"id": "b", "caption": "a dog"}\n',
+    "mvc.jsonl": '{"id": "v", "video": "v.mp4", "O": "a cat", "D1*": "A grey cat sits on a mat."}\n',
     "bank_store": _store(3, 2), "empty_store": _store(3, 0), "wide_store": _store(4, 2),
 }
 
@@ -140,5 +166,5 @@ def _items(path: Path, places: dict[str, str]) -> None:
 
 def test_the_catalogue_covers_every_renorm_option():
     options = {a for row in CASES for a in row[1] if a.startswith("--")}
-    assert {"--renorm", "--dsl-temperature", "--query-bank-texts", "--query-bank-items", "--qb-beta",
-            "--qb-k"} <= options
+    assert {"--renorm", "--dsl-temperature", "--query-bank-texts", "--query-bank-fields", "--query-bank-items",
+            "--qb-beta", "--qb-k"} <= options

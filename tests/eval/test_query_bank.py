@@ -38,6 +38,24 @@ def test_each_text_format(tmp_path):
     assert read_text_bank(tmp_path / "m.jsonl").texts == ("web", "summary two", "summary one")
 
 
+def test_the_fields_of_sample_records_that_form_the_bank(tmp_path):
+    write_paragraph_samples([ParagraphSample("1", "a cat", positives=("a feline", "a kitty"), paragraph="A cat sits."),
+                             ParagraphSample("2", "a dog", paragraph="A dog runs. It is fast.")], tmp_path / "p.jsonl")
+    bank = read_text_bank(tmp_path / "p.jsonl", fields=["paragraph"])
+    assert bank.texts == ("A cat sits.", "A dog runs. It is fast.")
+    assert bank.record()["format"] == "paragraph samples (paragraph)"
+    # sample by sample, in the order given; a sample without the field adds nothing
+    assert read_text_bank(tmp_path / "p.jsonl", fields=["positives", "caption"]).texts == (
+        "a feline", "a kitty", "a cat", "a dog")
+    (tmp_path / "p.csv").write_text("caption,id\na cat,1\na dog,2\n")
+    assert read_text_bank(tmp_path / "p.csv", fields=["caption"]).texts == ("a cat", "a dog")
+    write_mvc_samples([MVCSample("1", "v1.mp4", {"O": "web", "D1*": "refined one", "D2*": "refined two"}),
+                       MVCSample("2", "v2.mp4", {"S1": "summary one", "D2*": "refined three"})], tmp_path / "m.jsonl")
+    bank = read_text_bank(tmp_path / "m.jsonl", fields=["D1*", "D2*"])
+    assert bank.texts == ("refined one", "refined two", "refined three")
+    assert bank.format == "MVC samples (D1*, D2*)"
+
+
 def test_an_item_bank_is_every_row_of_its_store(tmp_path):
     rows = torch.randn(5, 4)
     with EmbeddingStoreWriter(tmp_path / "bank", 4, shard_size=2) as writer:

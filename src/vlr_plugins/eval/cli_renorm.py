@@ -20,7 +20,7 @@ from vlr_plugins.errors import UserError, UsageError
 __all__ = ["add_renorm_options", "renorm_from_args"]
 
 _DSL_OPTIONS = ("dsl_temperature",)
-_QB_OPTIONS = ("query_bank_texts", "query_bank_items", "qb_beta", "qb_k")
+_QB_OPTIONS = ("query_bank_texts", "query_bank_fields", "query_bank_items", "qb_beta", "qb_k")
 
 
 def _flag(dest: str) -> str:
@@ -37,6 +37,10 @@ def add_renorm_options(s: Any) -> None:
     s.add_argument("--query-bank-texts", metavar="FILE",
                    help="--renorm qbnorm, text-to-item: the bank's texts (training captions), encoded by --model: "
                         ".txt (a text a line), .jsonl of texts, a retrieval split, paragraph or MVC samples")
+    s.add_argument("--query-bank-fields", metavar="FIELDS",
+                   help="--query-bank-texts of paragraph or MVC samples: the texts that form the bank, comma-"
+                        "separated (paragraph samples: caption (default), paragraph, positives; MVC samples: "
+                        "caption fields, default O,S1,S2)")
     s.add_argument("--query-bank-items", metavar="STORE",
                    help="--renorm qbnorm, item-to-text: an embedding store of training items (vlr precompute)")
     s.add_argument("--qb-beta", type=float, metavar="BETA", help="--renorm qbnorm: the inverted softmax's beta (20)")
@@ -105,7 +109,18 @@ def renorm_from_args(args: argparse.Namespace, specs: Any = ()) -> Any:
     if args.query_bank_texts is None and args.query_bank_items is None:
         raise UsageError("--renorm", "qbnorm needs a query bank: --query-bank-texts FILE (text-to-item: training "
                                      "captions) and/or --query-bank-items STORE (item-to-text: stored training items)")
-    texts = None if args.query_bank_texts is None else read_text_bank(args.query_bank_texts)
+    fields = None
+    if args.query_bank_fields is not None:
+        if args.query_bank_texts is None:
+            raise UsageError("--query-bank-fields", "chooses the texts of --query-bank-texts: give that bank too")
+        fields = [f.strip() for f in args.query_bank_fields.split(",")]
+        if not all(fields):
+            raise UsageError("--query-bank-fields", f"expected field names separated by commas, found "
+                                                    f"{args.query_bank_fields!r}")
+        if len(set(fields)) < len(fields):
+            twice = next(f for f in fields if fields.count(f) > 1)
+            raise UsageError("--query-bank-fields", f"{twice!r} named twice")
+    texts = None if args.query_bank_texts is None else read_text_bank(args.query_bank_texts, fields=fields)
     items = None if args.query_bank_items is None else read_item_bank(args.query_bank_items)
     if items is not None:
         _item_dims(items, specs)

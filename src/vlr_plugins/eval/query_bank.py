@@ -14,6 +14,9 @@ training videos' embeddings. So:
     ``{"id", "caption", ...}`` (each ``caption``); MVC samples ``{"id", "video", ...}`` (the
     summary captions ``O``, ``S1``, ``S2`` each has);
   - ``.parquet`` / ``.csv`` / ``.tsv``: paragraph samples (each ``caption``);
+  - of sample records, ``--query-bank-fields`` chooses the texts instead: a paragraph sample's
+    ``caption``, ``paragraph`` and / or ``positives`` (a bank of training paragraphs for
+    paragraph queries), an MVC sample's caption fields (e.g. ``D1*,D2*`` for detailed queries);
 
 * an **item bank** (:func:`read_item_bank`) is an embedding store (``vlr precompute`` output):
   every row, as wide as the benchmarks' item embeddings.
@@ -36,7 +39,7 @@ import torch
 
 from vlr_plugins.errors import ConfigError, DataFormatError, UsageError
 
-__all__ = ["ItemBank", "QueryBanks", "TEXT_BANK_SUFFIXES", "TextBank", "check_bank_dim", "check_renorm", "read_item_bank",
+__all__ = ["ItemBank", "PARAGRAPH_BANK_FIELDS", "QueryBanks", "TEXT_BANK_SUFFIXES", "TextBank", "check_bank_dim", "check_renorm", "read_item_bank",
            "read_text_bank", "renorm_sentence"]
 
 TEXT_BANK_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".csv", ".tsv")
@@ -91,8 +94,8 @@ def _lines(path: str) -> list[str]:
     return [line.strip() for _, line in utf8_lines(path) if line.strip()]
 
 
-def _json_texts(path: str) -> tuple[list[str], str]:
-    """The texts of a JSON Lines bank, by the kind of its first record."""
+def _json_texts(path: str, fields: Sequence[str] | None = None) -> tuple[list[str], str]:
+    """The texts of a JSON Lines bank, by the kind of its first record (``fields``: of sample records)."""
     from vlr_plugins.data._text_files import json_lines
 
     records = json_lines(path)
@@ -105,13 +108,16 @@ def _json_texts(path: str) -> tuple[list[str], str]:
 
         return list(read_retrieval_jsonl(path).texts), "retrieval split"
     if isinstance(record, dict) and "video" in record:
-        from vlr_plugins.data.mvc_samples import MVC_SUMMARY_FIELDS, read_mvc_samples
+        from vlr_plugins.data.mvc_samples import MVC_SUMMARY_FIELDS, MVC_TEXT_FIELDS, read_mvc_samples
 
-        return [t for s in read_mvc_samples(path) for f in MVC_SUMMARY_FIELDS for t in s.texts(f)], "MVC samples"
+        chosen = tuple(fields or MVC_SUMMARY_FIELDS)
+        _check_fields(chosen, tuple(MVC_TEXT_FIELDS), "MVC samples", path)
+        texts = [t for s in read_mvc_samples(path) for f in chosen for t in s.texts(f)]
+        return texts, "MVC samples" + (f" ({', '.join(chosen)})" if fields else "")
     if isinstance(record, dict) and "caption" in record:
         from vlr_plugins.data.sample import read_paragraph_samples
 
-        return [s.caption for s in read_paragraph_samples(path)], "paragraph samples"
+        return _paragraph_texts(read_paragraph_samples(path), fields, path)
     if not isinstance(record, str) and not (isinstance(record, dict) and "text" in record):
         raise DataFormatError(path, f"expected {_KINDS}, found {json.dumps(record)[:80]}", record=line_no)
     key = "text" if isinstance(record, dict) else None
@@ -126,9 +132,43 @@ def _json_texts(path: str) -> tuple[list[str], str]:
     return texts, "JSON Lines"
 
 
-def read_text_bank(path: str | os.PathLike[str], option: str = "--query-bank-texts") -> TextBank:
+#: the fields of a paragraph sample a text bank may take (``caption`` by default)
+PARAGRAPH_BANK_FIELDS = ("caption", "paragraph", "positives")
+_FIELDS_OPTION = "--query-bank-fields"
+
+
+def _check_fields(fields: Sequence[str], known: Sequence[str], kind: str, path: str) -> None:
+    import difflib
+
+    for name in fields:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UsageError(_FIELDS_OPTION, f"{path} holds {kind}, which have no text field {name!r} (theirs: "
+                                             f"{', '.join(known)}){hint}")
+
+
+def _paragraph_texts(samples: Sequence[Any], fields: Sequence[str] | None, path: str) -> tuple[list[str], str]:
+    """Each sample's texts of ``fields`` (default: its caption), sample by sample."""
+    fields = tuple(fields or ("caption",))
+    _check_fields(fields, PARAGRAPH_BANK_FIELDS, "paragraph samples", path)
+    texts = []
+    for sample in samples:
+        for name in fields:
+            value = getattr(sample, name)
+            texts.extend(value if isinstance(value, tuple) else [value] if value else [])
+    return texts, "paragraph samples" + (f" ({', '.join(fields)})" if fields != ("caption",) else "")
+
+
+def read_text_bank(path: str | os.PathLike[str], option: str = "--query-bank-texts",
+                   fields: Sequence[str] | None = None) -> TextBank:
     """The texts of the text bank at ``path`` (module docstring); a missing, unreadable or
-    empty file is one :class:`~vlr_plugins.errors.UserError` naming ``option`` or the file's line."""
+    empty file is one :class:`~vlr_plugins.errors.UserError` naming ``option`` or the file's line.
+
+    ``fields``: which texts of sample records form the bank: of paragraph samples any of
+    :data:`PARAGRAPH_BANK_FIELDS` (default ``caption``: for paragraph queries, ``paragraph``),
+    of MVC samples any caption field (default the summaries ``O``, ``S1``, ``S2``: for detailed
+    queries, e.g. ``D1*,D2*``); a bank of plain texts or a retrieval split has no fields."""
     path = os.fspath(path)
     suffix = Path(path).suffix.lower()
     if os.path.isdir(path):
@@ -141,11 +181,14 @@ def read_text_bank(path: str | os.PathLike[str], option: str = "--query-bank-tex
     if suffix == ".txt":
         texts, kind = _lines(path), "text lines"
     elif suffix in (".jsonl", ".json"):
-        texts, kind = _json_texts(path)
+        texts, kind = _json_texts(path, fields)
     else:
         from vlr_plugins.data.sample import read_paragraph_samples
 
-        texts, kind = [s.caption for s in read_paragraph_samples(path)], "paragraph samples"
+        texts, kind = _paragraph_texts(read_paragraph_samples(path), fields, path)
+    if fields and not kind.startswith(("paragraph samples", "MVC samples")):
+        raise UsageError(_FIELDS_OPTION, f"{path} holds {kind}, which have no fields to choose: it applies to "
+                                         "a bank of paragraph or MVC samples")
     if not texts:
         raise UsageError(option, f"{path} holds no texts ({kind}): a query bank needs at least one")
     return TextBank(tuple(texts), path, kind)
