@@ -33,7 +33,12 @@ def _good(world) -> list[dict]:
 
 # name -> (how the corpus's records change (None: the good corpus), --set items, words the error names)
 CORPUS = {
-    "unknown field": (lambda rs: [rs[0], {**rs[1], "D1_star": "x"}, *rs[2:]], [], ["line 2", "D1_star", "unknown field"]),
+    "unknown field": (lambda rs: [rs[0], {**rs[1], "D1_star": "x"}, *rs[2:]], [],
+                      ["line 2", "D1_star", "unknown field", "did you mean 'D1*'"]),
+    "a view named in words": (lambda rs: [{**rs[0], "summary": "x"}, *rs[1:]], [],
+                              ["line 1", "'summary'", "did you mean 'S1' or 'S2'"]),
+    "a key misspelt": (lambda rs: [{**rs[0], "hard_negative": []}, *rs[1:]], [],
+                       ["line 1", "'hard_negative'", "did you mean 'hard_negatives'"]),
     "misspelt view": (lambda rs: [{**rs[0], "s1": "x"}, *rs[1:]], [], ["line 1", "'s1'", "did you mean 'S1'"]),
     "no caption": (lambda rs: [*rs[:3], {"id": "bare", "video": rs[0]["video"]}, *rs[4:]], [],
                    ["line 4", "no caption"]),

@@ -86,6 +86,31 @@ class MVCSample:
         return None if self.start is None and self.end is None else (self.start, self.end)
 
 
+#: what a misspelt key may have meant, by its words (a caption view named in words)
+_VIEW_WORDS = {"summary": ("S1", "S2"), "summaries": ("S1", "S2"), "detailed": ("D1*", "D2*"),
+               "details": ("D1*", "D2*"), "refined": ("D1*", "D2*"), "raw": ("D1", "D2"),
+               "original": ("O",), "caption": ("O",), "positive": ("P1", "P2"), "positives": ("P1", "P2")}
+
+
+def _meant(key: str) -> list[str]:
+    """The known keys a misspelt ``key`` of an MVC record may have meant: a caption view in other
+    case or spacing (``s1``, ``D1 *``, ``D1_star``), a view named in words (``summary``), else the
+    closest key of its kind (caption views for a short view-like key, the other keys otherwise)."""
+    import re
+
+    word = key.strip().lower()
+    if word in _VIEW_WORDS:
+        return list(_VIEW_WORDS[word])
+    squeezed = re.sub(r"[\s_-]*(star|\*)$", "*", re.sub(r"[\s_-]+", "", key.strip())).upper()
+    by_upper = {k.upper(): k for k in _KNOWN}
+    if squeezed in by_upper:
+        return [by_upper[squeezed]]
+    if re.fullmatch(r"[A-Za-z]\d*\*?", key.strip()):  # view-like: the closest views
+        return difflib.get_close_matches(squeezed, list(MVC_TEXT_FIELDS), n=2, cutoff=0.5)
+    others = [k for k in _KNOWN if k not in MVC_TEXT_FIELDS]
+    return difflib.get_close_matches(word, others, n=1, cutoff=0.75)
+
+
 class _MVCRecord(_Record):
     """The paragraph reader's record checks (:class:`~vlr_plugins.data.sample._Record`), plus
     the video's window, the caption fields and no key outside the schema."""
@@ -95,8 +120,8 @@ class _MVCRecord(_Record):
     def known_keys(self) -> None:
         for key in self.raw:
             if key not in _KNOWN:
-                close = difflib.get_close_matches(str(key), _KNOWN, n=1, cutoff=0.5)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                close = _meant(str(key))
+                hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
                 raise self.error(str(key), f"unknown field{hint}; an MVC record holds {', '.join(_KNOWN)}")
 
     def seconds(self, key: str) -> float | None:
