@@ -118,10 +118,17 @@ def test_a_run_that_saved_a_checkpoint_or_hit_a_bug_keeps_its_files(tmp_path):
     assert (tmp_path / "bug").exists()
 
 
-def test_resume_auto_checks_the_checkpoint_the_work_dir_names(tmp_path):
+def test_resume_auto_checks_the_checkpoint_the_work_dir_names(tmp_path, capsys, monkeypatch):
     from vlr_plugins.integrations.mmengine.preflight import check_resume
 
-    check_resume("auto", tmp_path / "new")  # nothing to resume: training starts afresh
+    monkeypatch.delenv("RANK", raising=False)
+    check_resume("auto", tmp_path / "new")  # nothing to resume: training starts afresh, and says so
+    said = capsys.readouterr().err
+    assert said.startswith("note: --resume: no checkpoint to resume from in ") and "starts from the beginning" in said
+    monkeypatch.setenv("RANK", "1")  # once, by the first process
+    check_resume("auto", tmp_path / "new")
+    assert capsys.readouterr().err == ""
+    monkeypatch.delenv("RANK")
     work = tmp_path / "work"
     work.mkdir()
     (work / "epoch_3.pth").write_bytes(b"cut short")
@@ -129,4 +136,6 @@ def test_resume_auto_checks_the_checkpoint_the_work_dir_names(tmp_path):
     with pytest.raises(UsageError, match=r"^--resume \(the latest checkpoint, named in .*last_checkpoint\): "):
         check_resume("auto", work)
     torch.save({"state_dict": {}, "meta": {}}, work / "epoch_3.pth")
+    capsys.readouterr()
     check_resume("auto", work)
+    assert "note:" not in capsys.readouterr().err

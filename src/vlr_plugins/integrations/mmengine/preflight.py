@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -220,7 +221,7 @@ def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resu
     """``resume`` is a checkpoint :func:`check_resume_checkpoint` accepts (for a run of
     ``train_cfg``; ``settings`` as there), or ``auto``: the latest checkpoint MMEngine recorded in ``work_dir`` (its
     ``last_checkpoint`` file), if there is one (without one, training starts afresh, as
-    MMEngine does)."""
+    MMEngine does, and a ``note:`` line on stderr says so: a requeued job's first start)."""
     if resume != "auto":
         check_resume_checkpoint(resume, option, train_cfg, settings)
         return
@@ -228,6 +229,9 @@ def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resu
     if last.is_file():
         recorded = last.read_text(encoding="utf-8").strip()
         check_resume_checkpoint(recorded, f"{option} (the latest checkpoint, named in {last})", train_cfg, settings)
+    elif os.environ.get("RANK", "0") == "0":  # said once, by the first process
+        print(f"note: {option}: no checkpoint to resume from in {work_dir} (no last_checkpoint there yet): "
+              "training starts from the beginning", file=sys.stderr)
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
