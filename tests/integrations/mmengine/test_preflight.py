@@ -139,3 +139,26 @@ def test_resume_auto_checks_the_checkpoint_the_work_dir_names(tmp_path, capsys, 
     capsys.readouterr()
     check_resume("auto", work)
     assert "note:" not in capsys.readouterr().err
+
+
+def test_texts_far_past_their_budget_are_warned_of(tiny_world, tiny_encoder_cfg, tmp_path, capsys, monkeypatch):
+    """A paragraph of 200,000 words is accepted (cut to its view's budget) with one warning line
+    naming the view, the sample and the length: every epoch tokenizes it whole."""
+    import json
+
+    monkeypatch.delenv("RANK", raising=False)
+    lines = open(tiny_world["train"], encoding="utf-8").read().splitlines()
+    first = json.loads(lines[0])
+    first["paragraph"] = "word " * 200_000
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    recipe = _recipe({**tiny_world, "train": str(path)}, tiny_encoder_cfg)
+    check_run_inputs(recipe, recipe_to_mmengine_config(recipe, str(tmp_path / "w")))
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(said) == 1, said
+    assert f"data.train {path}" in said[0] and "view paragraph" in said[0] and repr(first["id"]) in said[0]
+    assert "1,000,000 characters" in said[0] and "max_tokens 128" in said[0]
+    # the ordinary tiny world: no warning
+    recipe = _recipe(tiny_world, tiny_encoder_cfg)
+    check_run_inputs(recipe, recipe_to_mmengine_config(recipe, str(tmp_path / "w")))
+    assert "warning:" not in capsys.readouterr().err

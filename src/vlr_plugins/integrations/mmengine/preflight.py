@@ -61,6 +61,35 @@ def _check_width(recipe: Recipe, key: str, path: str, dim: int, shape: Any) -> N
                                 f"model.embed_dim: {dim} for a model built from a config")
 
 
+#: characters per token of a view's budget past which a text is warned of: far above any real
+#: text's (English: ~4-5 characters a token); tokenizing it whole every epoch is what costs
+_CHARS_PER_BUDGET_TOKEN = 64
+
+
+def _warn_of_long_texts(recipe: Recipe, samples: Any) -> None:
+    """A ``warning:`` line (from the first process) per view whose texts run far past its token
+    budget: they are truncated to it, but each epoch tokenizes them whole (a 4M-word paragraph
+    made a 200-second epoch of a tiny file)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    for view in recipe.text_views.all:
+        limit = view.max_tokens * _CHARS_PER_BUDGET_TOKEN
+        longest, where, count = 0, None, 0
+        for sample in samples:
+            for name in view.fields:
+                value = getattr(sample, name, None)
+                for text in value if isinstance(value, tuple) else (value,) if value else ():
+                    if len(text) > limit:
+                        count += 1
+                        if len(text) > longest:
+                            longest, where = len(text), (sample.id, name)
+        if count:
+            print(f"warning: data.train {recipe.data.train}: {count} text(s) of view {'/'.join(view.fields)} are "
+                  f"longer than {limit:,} characters (the longest: sample {where[0]!r}, field {where[1]!r}, "
+                  f"{longest:,} characters); they are cut to max_tokens {view.max_tokens}, but every epoch "
+                  "tokenizes them whole: shorten them in the file", file=sys.stderr)
+
+
 def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
     """Build the datasets of ``cfg`` (from :func:`recipe_to_mmengine_config`) as the Runner
     will, and check every store's width against the recipe's text encoder (and
@@ -90,6 +119,7 @@ def check_run_inputs(recipe: Recipe, cfg: dict[str, Any]) -> RunInputs:
         raise recipe.error("data.train", str(e)) from None
     store = train.media.store
     _check_width(recipe, "data.image_embeddings", args["image_embeddings"], store.dim, shape)
+    _warn_of_long_texts(recipe, train.samples)
     eval_items = 0
     if recipe.eval:
         for i, split in enumerate(recipe.eval):
