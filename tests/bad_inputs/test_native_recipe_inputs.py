@@ -37,10 +37,34 @@ def test_mixed_precision_without_a_gpu_is_refused_with_the_way_out(tmp_path):
                    "AmpOptimWrapper", "optim_wrapper={type: OptimWrapper", leaves=[work], cwd=tmp_path)
 
 
+CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
+
+
 def test_an_unknown_runner_type_is_refused_naming_the_key(tmp_path):
     csv = tmp_path / "nli.csv"
-    csv.write_text("sent0,sent1,hard_neg\na,b,c\n")
+    csv.write_text("sent0,sent1,hard_neg\na,b,c\nd,e,f\ng,h,i\n")
     work = tmp_path / "run"
-    assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED,
-                    "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}", "runner_type=NoSuchRunner"],
+    assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED, CPU,
+                    "train_dataloader.batch_size=1", "runner_type=NoSuchRunner"],
                    "runner_type", "FlexibleRunner", "'NoSuchRunner'", leaves=[work], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("rows, batch, where", [
+    # 5 triplets, batches of 96 with drop_last (the recipe's): no batch at all
+    (5, None, ["train_dataloader", "0 iteration(s) an epoch: 5 training samples, batch 96 per process x 1 "
+               "process(es)", "no full batch"]),
+    # 5 triplets in batches of 4: one iteration; the 0.4-epoch warm-up is int(0.4 x 1) = 0 of them
+    (5, 4, ["param_scheduler[0] (LinearLR)", "begin 0, end 0.4", "iterations 0 to 0",
+            "1 iteration(s) an epoch: 5 training samples, batch 4 per process x 1 process(es)",
+            "end must be larger than begin"]),
+    # 4 triplets in batches of 2: warm-up 0 to 0 (int(0.8))
+    (4, 2, ["param_scheduler[0] (LinearLR)", "iterations 0 to 0", "2 iteration(s) an epoch"]),
+], ids=["no-batch", "one-batch", "two-batches"])
+def test_a_schedule_that_rounds_to_no_step_is_refused_before_the_model_loads(tmp_path, rows, batch, where):
+    """The model folder does not exist: the refusal comes before anything would load it."""
+    csv = tmp_path / "nli.csv"
+    csv.write_text("sent0,sent1,hard_neg\n" + "".join(f"a{i},b{i},c{i}\n" for i in range(rows)))
+    work = tmp_path / "run"
+    extra = [] if batch is None else [f"train_dataloader.batch_size={batch}"]
+    assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED, CPU, *extra],
+                   *where, leaves=[work], cwd=tmp_path)

@@ -73,7 +73,14 @@ def _refuse_other_command(name: str, path: Any) -> None:
 def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
     """``vlr train care/...``: a recipe that is an MMEngine config already (:mod:`vlr_plugins.integrations.mmengine.native`)."""
     from vlr_plugins.integrations.mmengine.native import load_native_config
-    from vlr_plugins.integrations.mmengine.preflight import check_output_file, check_output_folder, check_resume
+    from vlr_plugins.integrations.mmengine.config_parts import launcher_world_size
+    from vlr_plugins.integrations.mmengine.preflight import (
+        check_output_file,
+        check_output_folder,
+        check_resume,
+        check_schedule,
+        native_train_samples,
+    )
 
     if args.image_embeddings or args.tokenizer:
         option = "--image-embeddings" if args.image_embeddings else "--tokenizer"
@@ -87,7 +94,8 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
     if args.dump_config:
         check_output_file(args.dump_config, "--dump-config")
     name = vlr.get("name", args.recipe)
-    return _Plan(cfg, cfg.work_dir, banner=lambda _: f"training {name} in {cfg.work_dir}")
+    return _Plan(cfg, cfg.work_dir, banner=lambda _: f"training {name} in {cfg.work_dir}",
+                 check_inputs=lambda: check_schedule(cfg, native_train_samples(cfg), launcher_world_size(args.launcher)))
 
 
 def _recipe_plan(args: argparse.Namespace) -> _Plan:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins.data.embedding_store import EmbeddingStore
-from vlr_plugins.errors import DataFormatError, MissingFileError, UsageError, UserError
+from vlr_plugins.errors import ConfigError, DataFormatError, MissingFileError, UsageError, UserError
 from vlr_plugins.integrations.mmengine.config import text_encoder_shape
 from vlr_plugins.integrations.mmengine.dataset import (
     ParagraphTextViewsDataset,
@@ -32,7 +32,7 @@ from vlr_plugins.integrations.mmengine.dataset import (
 )
 from vlr_plugins.recipe import Recipe
 
-__all__ = ["RunInputs", "check_run_inputs", "check_output_folder", "check_output_file", "check_resume_checkpoint",
+__all__ = ["RunInputs", "check_run_inputs", "check_schedule", "native_train_samples", "check_output_folder", "check_output_file", "check_resume_checkpoint",
            "check_resume", "check_launcher", "nothing_left_on_failure"]
 
 #: what each MMEngine launcher reads from the environment its launcher sets
@@ -262,6 +262,59 @@ def check_resume(resume: str, work_dir: str | os.PathLike, option: str = "--resu
     elif os.environ.get("RANK", "0") == "0":  # said once, by the first process
         print(f"note: {option}: no checkpoint to resume from in {work_dir} (no last_checkpoint there yet): "
               "training starts from the beginning", file=sys.stderr)
+
+
+def native_train_samples(cfg: Any) -> int | None:
+    """The training samples of an MMEngine config's ``train_dataloader.dataset``, built as the
+    Runner will build it (its file read; a model's tokenizer or processor is loaded only on first
+    use); ``None`` where it cannot be built here (the Runner then reports it)."""
+    from vlr_plugins.integrations.mmengine.registry import DATASETS
+
+    try:
+        return len(DATASETS.build(cfg.train_dataloader.dataset))
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - not this check's to report
+        return None
+
+
+def check_schedule(cfg: Any, samples: int | None, world: int, option: str = "--set") -> None:
+    """Every ``param_scheduler`` of ``cfg`` spans at least one step at the run's length: MMEngine
+    turns an epoch-based scheduler with ``convert_to_iter_based`` into iterations as
+    ``int(begin * L)`` .. ``int(end * L)`` (``L`` the loader's iterations per epoch), and raises
+    "end should be larger than begin" once the model is loaded when a fractional warm-up rounds
+    to none (CaRe's 0.4-epoch warm-up on a file of a few triplets). Checked before any model loads;
+    a :class:`~vlr_plugins.errors.ConfigError` naming the scheduler, its bounds and the run's size."""
+    import math
+
+    schedulers = cfg.get("param_scheduler") or []
+    schedulers = [schedulers] if isinstance(schedulers, Mapping) else list(schedulers)
+    if not schedulers or samples is None:
+        return
+    loader = cfg.train_dataloader
+    batch = int(loader.get("batch_size", 1))
+    per_rank = math.ceil(samples / world)  # DefaultSampler's round_up
+    drop_last = bool(loader.get("drop_last", False))
+    length = per_rank // batch if drop_last else math.ceil(per_rank / batch)
+    size = (f"{length} iteration(s) an epoch: {samples} training samples, batch {batch} per process x {world} "
+            f"process(es)")
+    if length < 1:
+        raise ConfigError(f"train_dataloader: {size}: no full batch; use a smaller batch_size or drop_last: false")
+    for i, sched in enumerate(schedulers):
+        if not isinstance(sched, Mapping):
+            continue
+        by_epoch = sched.get("by_epoch", True)
+        begin, end = sched.get("begin", 0), sched.get("end", math.inf)
+        if by_epoch and sched.get("convert_to_iter_based", False):
+            first, last = int(begin * length), (int(end * length) if end != math.inf else math.inf)
+            unit = f"epochs, iterations {first} to {last} at {size}"
+        else:
+            first, last = begin, end
+            unit = "epochs" if by_epoch else "iterations"
+        if last <= first:
+            raise ConfigError(f"param_scheduler[{i}] ({sched.get('type')}): begin {begin}, end {end} ({unit}): it "
+                              f"spans no step, which MMEngine refuses (end must be larger than begin); train on "
+                              f"more samples, a smaller batch, or set its bounds with {option} param_scheduler=[...]")
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
