@@ -6,14 +6,11 @@ import json
 import logging
 
 import pytest
+from _tiny_open_clip import TINY_CLIP
 
 pytest.importorskip("open_clip_train")
 
-TINY_CONFIG = {
-    "embed_dim": 16,
-    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
-}
+TINY_CONFIG = TINY_CLIP
 
 COLOURS = ["red", "green", "blue", "yellow", "white", "black", "purple", "orange"]
 

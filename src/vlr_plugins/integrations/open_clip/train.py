@@ -10,14 +10,15 @@ options that the command line does not set; the rest goes to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import yaml
 
-from vlr_plugins.errors import UsageError, as_user_error, run_cli
+from vlr_plugins.errors import UsageError, UserError, as_user_error, run_cli
 from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name
 from vlr_plugins.integrations.open_clip.loss import TEMPERATURE_SOURCES
 from vlr_plugins.integrations.open_clip.patch import VLRTrainOptions, patched_open_clip_train
@@ -379,9 +380,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     options, rest = resolve_arguments(argv)
     print(f"vlr: {_summary(options)}", file=sys.stderr)
     # a training file, image or embedding-store shard that is not there is found when read
-    with patched_open_clip_train(options), as_user_error(FileNotFoundError):
-        code = open_clip_main(rest)
+    from open_clip_train.params import parse_args as parse_open_clip_args
+
+    try:
+        with _nothing_left_on_failure(parse_open_clip_args(list(rest)).logs), patched_open_clip_train(options), \
+                as_user_error(FileNotFoundError):
+            code = open_clip_main(rest)
+    finally:
+        _quiet_torch_at_exit()
     return 0 if code in (None, 0) else 1
+
+
+def _quiet_torch_at_exit() -> None:
+    """open_clip_train's ``setup_logging`` sets every logger to INFO, torch's too, and at exit
+    TorchDynamo logs its (empty) compilation metrics at INFO: ~10 lines after every run. Its
+    loggers go back to WARNING once the run is over."""
+    import logging
+
+    for name in [n for n in logging.root.manager.loggerDict if n == "torch" or n.startswith("torch.")]:
+        logger = logging.getLogger(name)
+        if logger.level and logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def _nothing_left_on_failure(logs: str | None) -> Iterator[None]:
+    """open_clip_train makes its run folder (``--logs``/``--name``: params.txt, out.log) before
+    our data is read: a run that stops on bad input (a ``UserError``) before writing a checkpoint
+    takes the folders it made with it, and ``--logs`` itself when it was new and is left empty.
+    Done by the first process only (the others stop with it)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    root = Path(logs) if logs else None
+    existed = root is not None and root.is_dir()
+    before = {p.name for p in root.iterdir()} if existed else set()
+    try:
+        yield
+    except UserError:
+        if root is not None and root.is_dir() and os.environ.get("RANK", "0") == "0":
+            for made in (p for p in root.iterdir() if p.name not in before):
+                if made.is_dir() and not any(made.glob("checkpoints/*.pt")):
+                    shutil.rmtree(made, ignore_errors=True)
+            if not existed and not any(root.iterdir()):
+                root.rmdir()
+        raise
 
 
 def _summary(o: VLRTrainOptions) -> str:
