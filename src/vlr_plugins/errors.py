@@ -221,6 +221,7 @@ OFFLINE_DOC = "docs/quickstart.md (offline use)"
 _WEIGHT_FILES = (".bin", ".pt", ".pth", ".ckpt")
 # torch.load(weights_only=True) refuses Python objects by name (a GLOBAL ...)
 _REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_REFUSED_OBJECT = re.compile(r"Unsupported global|GLOBAL |unrecognized function|Unsupported class")
 
 
 def _looks_like_path(name: str) -> bool:
@@ -254,7 +255,12 @@ def _unpickled_file(err: BaseException, name: str) -> str:
 
 
 def _pickled_weights(err: BaseException, name: str, setting: str) -> ModelLoadError:
-    found = _REFUSED_GLOBAL.search(str(err))
+    text = str(err)
+    if not _REFUSED_OBJECT.search(text):  # an opcode weights_only does not know: no torch.save pickle at all
+        gist = " ".join(text.split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].split())
+        return ModelLoadError(f"{setting}: cannot load {name!r}: {_unpickled_file(err, name)} is not a PyTorch "
+                              f"weights file (torch.load: {gist[:200]})")
+    found = _REFUSED_GLOBAL.search(text)
     what = f" (e.g. {found.group(1)})" if found else ""
     return ModelLoadError(
         f"{setting}: cannot load {name!r}: {_unpickled_file(err, name)} is not a weights-only checkpoint: it "

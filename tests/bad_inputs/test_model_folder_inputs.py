@@ -12,7 +12,8 @@ case's folder as it was.
 
 Placeholders: ``{tmp}`` the case's folder, ``{mllm}`` a tiny random Qwen2-VL saved with its
 processor, ``{pickled}`` that folder with its weights as a pickle that names ``posix.getcwd``
-(unpickling it would call it), ``{noconf}`` that folder without ``config.json``, ``{export}``
+(unpickling it would call it), ``{garbled}`` that folder with bytes no torch.save
+wrote as its weights, ``{noconf}`` that folder without ``config.json``, ``{export}``
 a ``vlr export`` of a tiny BLIP text encoder, ``{clip}`` an open_clip ``local-dir:`` folder
 whose weights are such a pickle, ``{videos}`` a folder of one video, ``{caps}`` a stage-I
 captions file of that video, ``{jsonl}`` an image-text training file, ``{csv}`` / ``{store}``
@@ -67,6 +68,8 @@ def world(tmp_path_factory) -> dict[str, str]:
     mllm = save_tiny_qwen2vl(root / "tiny-qwen2vl")
     shutil.copytree(mllm, root / "pickled")
     _pickle_weights(root / "pickled", "model.safetensors", "pytorch_model.bin")
+    shutil.copytree(root / "pickled", root / "garbled")
+    (root / "garbled" / "pytorch_model.bin").write_bytes(b"\x80\x02garbage")  # a pickle opcode, then none torch knows
     shutil.copytree(mllm, root / "noconf")
     (root / "noconf" / "config.json").unlink()
     clip = open_clip_export(root)
@@ -85,7 +88,7 @@ def world(tmp_path_factory) -> dict[str, str]:
         f"ret{i},msr{vid[5:]},{vid},\"{text}\"\n" for i, (vid, text) in enumerate(MSRVTT.items())))
     with EmbeddingStoreWriter(root / "store", 32, meta={"encoder": "tiny", "frames": 4, "sampler": "uniform"}) as w:
         w.add(list(MSRVTT), torch.nn.functional.normalize(torch.randn(len(MSRVTT), 32), dim=-1))
-    return {"mllm": str(mllm), "pickled": str(root / "pickled"), "noconf": str(root / "noconf"),
+    return {"mllm": str(mllm), "pickled": str(root / "pickled"), "garbled": str(root / "garbled"), "noconf": str(root / "noconf"),
             "export": str(blip_export(root)), "clip": str(clip), "videos": str(root / "videos"),
             "caps": str(root / "caps.jsonl"), "jsonl": str(root / "train.jsonl"), "csv": str(csv),
             "store": str(root / "store")}
@@ -137,6 +140,8 @@ CASES = [
     ("caption: --out in a folder that is a file", {"file.txt": "x"}, _caption("{mllm}", "{tmp}/file.txt/caps.jsonl"),
      ["--out", "{tmp}/file.txt", "is a file"]),
     ("lens: weights that are a pickle", {}, _lens("{pickled}"), ["--model", "{pickled}/pytorch_model.bin", REFUSED]),
+    ("lens: weights that are no PyTorch file", {}, _lens("{garbled}"),
+     ["--model", "{garbled}/pytorch_model.bin", "is not a PyTorch weights file"]),
     ("lens: a folder without config.json", {}, _lens("{noconf}"),
      ["--model", "the folder {noconf} has no config.json", "transformers model folder"]),
     ("lens: an absolute path that is not there", {}, _lens("{tmp}/missing/folder"),
