@@ -272,13 +272,14 @@ def _pickled_weights(err: BaseException, name: str, setting: str) -> ModelLoadEr
 @contextmanager
 def refusing_pickled_weights(name: str, setting: str) -> Iterator[None]:
     """Inside the block, ``torch.load(weights_only=True)`` refusing a weights file (a
-    ``pytorch_model.bin`` / ``.pt`` / ``.bin`` that pickles Python objects) is one
-    :class:`ModelLoadError` naming the file, ``name`` (the model it belongs to) and ``setting``,
-    instead of torch's page of advice (which suggests ``weights_only=False``: running the file).
+    ``pytorch_model.bin``, ``.pt``, ``.bin`` that pickles Python objects, or bytes that are no
+    ``torch.save`` pickle at all) is one :class:`ModelLoadError` naming the file (the one
+    ``torch.load`` was reading), ``name`` (the model it belongs to) and ``setting``, instead of
+    torch's page of advice (which suggests ``weights_only=False``: running the file).
 
-    :func:`loading_pretrained` does this too; use this one alone around a call that loads a
-    model among other work (``open_clip_train``'s ``main``), where other ``OSError`` s are not
-    loading failures.
+    :func:`loading_pretrained` does this too; use this one alone around a ``torch.load`` of a
+    model's weights where an ``OSError`` is no loading failure to reword (the open_clip
+    ``local-dir:`` check).
     """
     import pickle
 
