@@ -181,3 +181,41 @@ def test_a_bug_in_a_dataloader_worker_keeps_its_traceback(monkeypatch):
 
     with pytest.raises(ZeroDivisionError, match="Caught ZeroDivisionError in DataLoader worker"):
         run_cli(command)
+
+
+def test_a_path_that_is_not_there_is_a_missing_folder_not_a_hub_id(tmp_path):
+    from vlr_plugins.errors import MissingFileError, ModelLoadError, check_pretrained_location
+
+    for path in (str(tmp_path / "gone"), "./gone", "../gone", "~/gone-vlr", "runs/stage1/merged"):
+        with pytest.raises(MissingFileError, match=r"^--model: cannot load '[^']+': no such folder") as e:
+            check_pretrained_location(path, "--model")
+        assert isinstance(e.value, ModelLoadError) and "not looked up on the Hugging Face Hub" in str(e.value)
+    for name in ("Qwen/Qwen2-VL-2B-Instruct", "bert-base-uncased", "ViT-B-32:/no/such/epoch_1.pt"):
+        check_pretrained_location(name, "--model")  # Hub ids and scheme specs are for their loaders to judge
+    (tmp_path / "empty").mkdir()
+    check_pretrained_location(str(tmp_path / "empty"), "tokenizer")
+    with pytest.raises(ModelLoadError, match=rf"^model.pretrained: the folder {tmp_path / 'empty'} has no config.json"):
+        check_pretrained_location(str(tmp_path / "empty"), "model.pretrained", needs="config.json")
+
+
+def test_pickled_weights_are_named_by_file_and_the_outer_setting(tmp_path):
+    import os
+
+    import torch
+
+    from vlr_plugins.errors import ModelLoadError, loading_pretrained
+
+    class Call:
+        def __reduce__(self):
+            return os.getcwd, ()
+
+    (tmp_path / "m").mkdir()
+    weights = tmp_path / "m" / "pytorch_model.bin"
+    torch.save({"w": torch.zeros(2), "x": Call()}, weights)
+    with pytest.raises(ModelLoadError) as e:
+        with loading_pretrained(str(tmp_path / "m"), "--model"):
+            with loading_pretrained(str(tmp_path / "m"), "pretrained"):  # the library's own block, inside
+                torch.load(weights, weights_only=True)
+    message = str(e.value)
+    assert message.startswith(f"--model: cannot load '{tmp_path / 'm'}': {weights} is not a weights-only checkpoint")
+    assert "posix.getcwd" in message and "weights_only=False" not in message and "\n" not in message

@@ -17,11 +17,14 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 __all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputError", "ModelLoadError",
+           "MissingModelError",
            "DataFormatError", "MissingEmbeddingsError", "OutputExistsError", "ImageEncoderError",
-           "VideoEncoderError", "image_encoder_error", "loading_pretrained", "as_user_error", "run_cli"]
+           "VideoEncoderError", "image_encoder_error", "check_pretrained_location", "loading_pretrained",
+           "refusing_pickled_weights", "as_user_error", "run_cli"]
 
 
 class UserError(Exception):
@@ -74,6 +77,11 @@ class InputError(UserError):
 class ModelLoadError(UserError):
     """A pretrained model, tokenizer or processor could not be loaded (not downloaded, no
     network, no such Hub id or local folder); the message names it and the setting to change."""
+
+
+class MissingModelError(ModelLoadError, MissingFileError):
+    """The local folder (or file) a pretrained model was to be loaded from is not there; a
+    path is never looked up as a Hub id."""
 
 
 # --- data: files, embedding stores, outputs, encoders ---------------------------------
@@ -210,8 +218,98 @@ def image_encoder_error(message: str, like: type[Exception] = ValueError) -> Ima
 OFFLINE_DOC = "docs/quickstart.md (offline use)"
 
 
+_WEIGHT_FILES = (".bin", ".pt", ".pth", ".ckpt")
+# torch.load(weights_only=True) refuses Python objects by name (a GLOBAL ...)
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_REFUSED_OBJECT = re.compile(r"Unsupported global|GLOBAL |unrecognized function|Unsupported class")
+
+
+def _looks_like_path(name: str) -> bool:
+    """``name`` is a local path, never a Hub id (``org/name``): absolute, ``./`` / ``../`` / ``~``,
+    or more parts than a Hub id has; a spec with a scheme (``ViT-B-32:/ckpt.pt``) is none."""
+    if ":" in name and not os.path.isabs(name):
+        return False
+    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+            or (os.sep != "/" and os.sep in name))
+
+
+def _unpickled_file(err: BaseException, name: str) -> str:
+    """The file ``torch.load`` was reading when ``err`` was raised (its frame's ``f``), else the
+    weight files of the folder ``name``, else ``name``."""
+    tb = err.__traceback__
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "load" and frame.f_globals.get("__name__") == "torch.serialization":
+            f = frame.f_locals.get("f")
+            if isinstance(f, (str, os.PathLike)):
+                found = os.fspath(f)
+        tb = tb.tb_next
+    if found is not None:
+        return found
+    if os.path.isdir(name):
+        files = sorted(f for f in os.listdir(name) if f.endswith(_WEIGHT_FILES))
+        if files:
+            return ", ".join(os.path.join(name, f) for f in files)
+    return name
+
+
+def _pickled_weights(err: BaseException, name: str, setting: str) -> ModelLoadError:
+    text = str(err)
+    if not _REFUSED_OBJECT.search(text):  # an opcode weights_only does not know: no torch.save pickle at all
+        gist = " ".join(text.split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].split())
+        return ModelLoadError(f"{setting}: cannot load {name!r}: {_unpickled_file(err, name)} is not a PyTorch "
+                              f"weights file (torch.load: {gist[:200]})")
+    found = _REFUSED_GLOBAL.search(text)
+    what = f" (e.g. {found.group(1)})" if found else ""
+    return ModelLoadError(
+        f"{setting}: cannot load {name!r}: {_unpickled_file(err, name)} is not a weights-only checkpoint: it "
+        f"holds pickled Python objects{what} that only a full unpickle could rebuild; unpickling a file can run "
+        "any code, so vlr reads weights with torch.load(weights_only=True) only. Re-save the weights as "
+        "safetensors (save_pretrained writes model.safetensors) or as plain tensors")
+
+
 @contextmanager
-def loading_pretrained(name: str, setting: str) -> Iterator[None]:
+def refusing_pickled_weights(name: str, setting: str) -> Iterator[None]:
+    """Inside the block, ``torch.load(weights_only=True)`` refusing a weights file (a
+    ``pytorch_model.bin``, ``.pt``, ``.bin`` that pickles Python objects, or bytes that are no
+    ``torch.save`` pickle at all) is one :class:`ModelLoadError` naming the file (the one
+    ``torch.load`` was reading), ``name`` (the model it belongs to) and ``setting``, instead of
+    torch's page of advice (which suggests ``weights_only=False``: running the file).
+
+    :func:`loading_pretrained` does this too; use this one alone around a ``torch.load`` of a
+    model's weights where an ``OSError`` is no loading failure to reword (the open_clip
+    ``local-dir:`` check).
+    """
+    import pickle
+
+    try:
+        yield
+    except pickle.UnpicklingError as e:
+        raise _pickled_weights(e, name, setting) from None
+
+
+def check_pretrained_location(name: str, setting: str, needs: str | None = None) -> None:
+    """Raise unless ``name`` can name a pretrained model: a path (absolute, ``./``, ``../``,
+    ``~``, more parts than a Hub id's ``org/name``) that is not there is a
+    :class:`MissingModelError` (not a Hub id to look up); a folder without the file ``needs``
+    (``config.json`` for a transformers model) a :class:`ModelLoadError` naming both."""
+    if _looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
+        kind = "file" if name.endswith((*_WEIGHT_FILES, ".safetensors")) else "folder"
+        raise MissingModelError(f"{setting}: cannot load {name!r}: no such {kind} (a local path, so it is not "
+                                f"looked up on the Hugging Face Hub); give the folder that holds the model's files; "
+                                f"see {OFFLINE_DOC}")
+    if needs is not None and os.path.isdir(name) and not os.path.isfile(os.path.join(name, needs)):
+        raise ModelLoadError(f"{setting}: the folder {name} has no {needs}; expected a transformers model folder "
+                             f"({needs} beside the weights, as save_pretrained writes it) or a Hub id")
+
+
+#: the setting of each model being loaded, by name (``loading_pretrained`` blocks nest)
+_LOADING: ContextVar[dict[str, str]] = ContextVar("vlr_loading_pretrained", default={})
+
+
+@contextmanager
+def loading_pretrained(name: str, setting: str, *, needs: str | None = None) -> Iterator[None]:
     """Inside the block, a failure to load the pretrained model ``name`` (a Hub id or a
     folder) is reported as one :class:`ModelLoadError` that names it, the setting that chose
     it (``setting``: a recipe key such as ``model.pretrained``, or an option such as
@@ -220,15 +318,27 @@ def loading_pretrained(name: str, setting: str) -> Iterator[None]:
 
     transformers and huggingface_hub raise ``OSError`` subclasses for all of these (no
     connection, offline mode without a cached copy, an unknown repository, a folder without
-    the files), so that is what is caught; anything else is not a loading failure.
+    the files), so that is what is caught; anything else is not a loading failure, but for
+    weights that ``torch.load(weights_only=True)`` refuses (:func:`refusing_pickled_weights`).
+
+    Before the block runs, ``name`` is checked (:func:`check_pretrained_location`): a path
+    that is not there is a missing folder, not a Hub id; with ``needs`` (``"config.json"``), a
+    folder must hold that file (transformers' own message asks for a ``model_type`` key).
 
     Example::
 
-        with loading_pretrained(cfg["pretrained"], "model.pretrained"):
+        with loading_pretrained(cfg["pretrained"], "model.pretrained", needs="config.json"):
             model = BlipForImageTextRetrieval.from_pretrained(cfg["pretrained"])
     """
+    outer = _LOADING.get()
+    setting = outer.get(name, setting)  # a block inside another for the same model: the outer setting is the user's
+    check_pretrained_location(name, setting, needs)
+    token = _LOADING.set({**outer, name: setting})
     try:
-        yield
+        with refusing_pickled_weights(name, setting):
+            yield
+    except UserError:
+        raise
     except OSError as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         reason = " ".join(str(e).split())
@@ -240,6 +350,8 @@ def loading_pretrained(name: str, setting: str) -> Iterator[None]:
             + ("" if offline else " (or set HF_HUB_OFFLINE=1 once the files are in the cache)")
             + f"; see {OFFLINE_DOC}"
         ) from e
+    finally:
+        _LOADING.reset(token)
 
 
 def _message(err: BaseException) -> str:

@@ -67,6 +67,10 @@ def _run(args: argparse.Namespace) -> int:
         settings = replace(settings, prompt=args.prompt)
     if os.path.isdir(args.out):
         raise OutputExistsError(f"--out: {args.out} is a folder; the captions go into a .jsonl file")
+    from vlr_plugins._io import check_output_dir
+
+    # the captions, their settings and a sharded run's parts all go beside --out
+    check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     if args.resume and args.overwrite:
         raise UsageError("--resume", "and --overwrite exclude each other")
     from vlr_plugins.mllm.caption_shards import CaptionShardJob, parts_dir_of
@@ -82,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         if parts_dir_of(args.out).exists():
             raise UsageError("--out", f"{parts_dir_of(args.out)} holds the parts of a sharded run of {args.out}; "
                                       "finish its shards (or vlr caption --merge-only --out), or remove that folder")
+    _check_model(args.model, folder)
     captioner = _captioner(args, settings, folder)
     record = {"model": args.model, "model_dtype": _model_dtype_of(captioner, args.model_dtype),
               "backend": args.backend, **settings.describe()}
@@ -130,6 +135,9 @@ def _model_dtype_of(captioner: Any, asked: str) -> str:
     return str(chosen).removeprefix("torch.") if chosen is not None else asked
 
 
+_MODEL_FORM = "a chat MLLM's folder or Hub id, or mllm:FOLDER"
+
+
 def _model_folder(model: str) -> str:
     """``--model``: a model folder or ``mllm:FOLDER``; an EOL prompt has no part in captioning."""
     from vlr_plugins.errors import UsageError
@@ -140,6 +148,15 @@ def _model_folder(model: str) -> str:
         raise UsageError("--model", f"{model!r} names the EOL prompt {prompt!r}, which embeds; captions are asked "
                                     "for with --settings and --prompt: give mllm:FOLDER or the folder")
     return folder
+
+
+def _check_model(model: str, folder: str) -> None:
+    """Nothing loaded: ``folder`` must be there and hold a multimodal LLM's config (not a text encoder)."""
+    from vlr_plugins.mllm.loading import check_mllm_folder
+
+    check_mllm_folder(folder, "--model", spec=model, form=_MODEL_FORM,
+                      needs="vlr caption needs a chat MLLM that transformers loads as image-text-to-text "
+                            "(Qwen2-VL, a CaRe stage-I folder, a vlr export of CaRe)")
 
 
 def _captioner(args: argparse.Namespace, settings: Any, folder: str) -> Any:

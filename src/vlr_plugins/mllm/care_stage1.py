@@ -64,7 +64,7 @@ def _load(pretrained: str, dtype: str | None, attn_implementation: str | None, t
         kw["dtype"] = resolved
     if attn_implementation is not None:
         kw["attn_implementation"] = attn_implementation
-    with loading_pretrained(pretrained, "model.pretrained"):
+    with loading_pretrained(pretrained, "model.pretrained", needs="config.json"):
         return tf.AutoModelForImageTextToText.from_pretrained(pretrained, **kw)
 
 

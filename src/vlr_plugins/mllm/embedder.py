@@ -56,7 +56,7 @@ def chat_renderer(processor: Any, prompt_name: str = "?") -> Any:
 def _is_mllm_config(pretrained: str, trust_remote_code: bool) -> bool:
     from transformers import AutoConfig
 
-    with loading_pretrained(pretrained, "pretrained"):
+    with loading_pretrained(pretrained, "pretrained", needs="config.json"):
         config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
     return getattr(config, "vision_config", None) is not None
 

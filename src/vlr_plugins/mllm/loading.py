@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
-from vlr_plugins.errors import ConfigError, loading_pretrained
+from vlr_plugins.errors import ConfigError, UsageError, loading_pretrained
 from vlr_plugins.mllm.embedder import EOLEmbedder
 from vlr_plugins.mllm.media_input import VideoInput
 from vlr_plugins.mllm.prompt import EOLPrompt
 
-__all__ = ["export_prompt", "export_settings", "load_eol_embedder"]
+__all__ = ["check_mllm_folder", "export_prompt", "export_settings", "load_eol_embedder"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def export_settings(model: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -32,6 +35,39 @@ def export_settings(model: str | os.PathLike[str]) -> dict[str, Any] | None:
             raise ConfigError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
     settings = config.get("vlr_eol") if isinstance(config, dict) else None
     return settings if isinstance(settings, dict) else None
+
+
+def check_mllm_folder(folder: str, setting: str, *, spec: str, form: str, needs: str) -> None:
+    """Raise a :class:`~vlr_plugins.errors.UsageError` naming ``setting`` and ``spec`` (as the
+    command line gave it) unless ``folder`` can be a multimodal LLM: a folder with a
+    ``config.json`` that has a ``vision_config`` (or a vlr export of an adapter, whose base
+    model has one), or a name that can be a Hub id. ``form`` says what the setting takes,
+    ``needs`` why it needs an MLLM; a config without one is named by its ``model_type`` and
+    ``architectures``. Nothing is loaded: this runs before any model does."""
+    if os.path.isdir(folder):
+        path = os.path.join(folder, "config.json")
+        if not os.path.isfile(path):
+            raise UsageError(setting, f"{spec!r}: {folder} holds no config.json, so it is not a transformers "
+                                      f"model folder; expected {form}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UsageError(setting, f"{spec!r}: {path} is not valid JSON ({e})") from None
+        config = config if isinstance(config, dict) else {}
+        eol = config.get("vlr_eol")
+        adapter = isinstance(eol, dict) and eol.get("adapter")  # the base model it names holds the config
+        if not adapter and not config.get("vision_config"):
+            found = [f"model_type {config['model_type']!r}"] if config.get("model_type") else []
+            if isinstance(config.get("architectures"), list) and config["architectures"]:
+                found.append(f"architectures {', '.join(map(str, config['architectures']))}")
+            raise UsageError(setting, f"{spec!r}: {path} describes no multimodal LLM (no vision_config"
+                                      + "".join(f"; {f}" for f in found) + f"); {needs}")
+        return
+    if os.path.exists(folder):
+        raise UsageError(setting, f"{spec!r}: {folder} is a file; expected a model folder ({form})")
+    if not _HUB_ID.match(folder) or folder.startswith((".", "~")):
+        raise UsageError(setting, f"{spec!r}: no such folder: {folder}")
 
 
 def export_prompt(settings: dict[str, Any], where: str) -> EOLPrompt:
@@ -58,7 +94,7 @@ def load_eol_embedder(model: str | os.PathLike[str], *, prompt: str | os.PathLik
     spec = os.fspath(model)
     settings = export_settings(spec)
     if settings is None:
-        with loading_pretrained(spec, setting):
+        with loading_pretrained(spec, setting, needs="config.json"):
             return EOLEmbedder(spec, prompt=prompt or "care", **kwargs)
     chosen = prompt if prompt is not None else export_prompt(settings, os.path.join(spec, "config.json"))
     kwargs.setdefault("max_text_tokens", settings.get("max_text_tokens"))

@@ -10,9 +10,7 @@ spec is read by :mod:`vlr_plugins.specs`, the folder and prompt checked and load
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,12 +18,11 @@ import torch
 
 from vlr_plugins.errors import UsageError
 from vlr_plugins.mllm.embedder import EOLEmbedder
-from vlr_plugins.mllm.loading import load_eol_embedder
+from vlr_plugins.mllm.loading import check_mllm_folder, load_eol_embedder
 from vlr_plugins.mllm.prompt import list_eol_prompts
 
 __all__ = ["EOLImageEncoder", "load_mllm_embedder"]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FORM = "mllm:FOLDER[:PROMPT] (a transformers MLLM folder or a vlr export; PROMPT e.g. care or e5v)"
 
 
@@ -36,31 +33,6 @@ def _check_prompt(prompt: str | None, spec: str, setting: str) -> None:
     if prompt not in shipped:
         raise UsageError(setting, f"{spec!r}: no EOL prompt named {prompt!r}; the shipped prompts are "
                                   f"{', '.join(sorted(shipped))} (or give a prompt YAML file)")
-
-
-def _check_folder(folder: str, spec: str, setting: str) -> None:
-    if os.path.isdir(folder):
-        path = os.path.join(folder, "config.json")
-        if not os.path.isfile(path):
-            raise UsageError(setting, f"{spec!r}: {folder} holds no config.json, so it is not a transformers "
-                                      f"model folder; expected {_FORM}")
-        try:
-            with open(path, encoding="utf-8") as f:
-                config = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UsageError(setting, f"{spec!r}: {path} is not valid JSON ({e})") from None
-        eol = config.get("vlr_eol") if isinstance(config, dict) else None
-        adapter = isinstance(eol, dict) and eol.get("adapter")  # the base model it names holds the config
-        if not adapter and not (isinstance(config, dict) and config.get("vision_config")):
-            kind = config.get("model_type") if isinstance(config, dict) else None
-            raise UsageError(setting, f"{spec!r}: {path} describes no multimodal LLM (no vision_config"
-                                      + (f"; model_type {kind!r}" if kind else "") + "); an mllm: spec needs "
-                                      "one that embeds videos, such as Qwen2-VL or a vlr export of CaRe")
-        return
-    if os.path.exists(folder):
-        raise UsageError(setting, f"{spec!r}: {folder} is a file; expected a model folder ({_FORM})")
-    if not _HUB_ID.match(folder) or folder.startswith((".", "~")):
-        raise UsageError(setting, f"{spec!r}: no such folder: {folder}")
 
 
 def load_mllm_embedder(folder: str, prompt: str | None, *, spec: str, setting: str = "--model", device: Any = None,
@@ -77,7 +49,8 @@ def load_mllm_embedder(folder: str, prompt: str | None, *, spec: str, setting: s
     :class:`~vlr_plugins.errors.ModelLoadError`.
     """
     _check_prompt(prompt, spec, setting)
-    _check_folder(folder, spec, setting)
+    check_mllm_folder(folder, setting, spec=spec, form=_FORM,
+                      needs="an mllm: spec needs one that embeds videos, such as Qwen2-VL or a vlr export of CaRe")
     embedder = load_eol_embedder(folder, prompt=prompt, setting=setting, device=device, **kwargs)
     if embedder.kind != "mllm":
         raise UsageError(setting, f"{spec!r}: {folder} is a text-only language model (its config has no "

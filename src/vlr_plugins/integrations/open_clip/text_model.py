@@ -12,15 +12,23 @@ from __future__ import annotations
 
 import difflib
 import os
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vlr_plugins.errors import ConfigError, DataFormatError, MissingFileError, UsageError, loading_pretrained
+from vlr_plugins.errors import (
+    ConfigError,
+    DataFormatError,
+    MissingFileError,
+    UsageError,
+    loading_pretrained,
+    refusing_pickled_weights,
+)
 
-__all__ = ["OpenCLIPTextModel", "load_open_clip_text_model"]
+__all__ = ["OpenCLIPTextModel", "check_local_dir", "load_open_clip_text_model"]
 
 _WEIGHTS = ("*.safetensors", "*.bin", "*.pth")  # what open_clip looks for in a local-dir folder
 
@@ -129,14 +137,37 @@ def _schema_weights(model_name: str, setting: str) -> None:
             download_pretrained_from_hf(repo, filename="open_clip_config.json")
             download_pretrained_from_hf(repo)
         return
+    check_local_dir(model_name, setting)
+
+
+def check_local_dir(model_name: str, setting: str) -> None:
+    """Raise unless ``local-dir:FOLDER`` (``model_name``) is an open_clip model folder whose
+    weights load without running code: ``open_clip_config.json`` and a weights file there, each
+    ``.bin`` / ``.pth`` read with ``torch.load(weights_only=True)`` (memory-mapped),
+    each ``.safetensors`` by its header. One error names ``setting`` and the file; nothing is built."""
+    import zipfile
+
     folder = Path(model_name[len("local-dir:"):])
     if not (folder / "open_clip_config.json").is_file():
         what = "no open_clip_config.json in it" if folder.is_dir() else "not a folder"
         raise MissingFileError(f"{setting}: no open_clip model at {folder} ({what}; open_clip's "
                                "save_pretrained or an hf-hub download writes one)")
-    if not any(p for pattern in _WEIGHTS for p in folder.glob(pattern)):
+    files = sorted({p for pattern in _WEIGHTS for p in folder.glob(pattern)})
+    if not files:
         raise MissingFileError(f"{setting}: the open_clip model at {folder} holds no weights "
                                f"({', '.join(_WEIGHTS)}); it would score a random model")
+    for path in files:
+        if path.suffix == ".safetensors":
+            _checked_file(str(path))
+            continue
+        with refusing_pickled_weights(model_name, setting):
+            try:
+                torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+            except pickle.UnpicklingError:
+                raise
+            except Exception as e:  # noqa: BLE001 -- the file is the only input: whatever torch.load trips on is in it
+                raise DataFormatError(str(path), f"{setting}: not a PyTorch weights file "
+                                                 f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
 
 
 def load_open_clip_text_model(model_name: str, pretrained: str | None, own_scheme: bool, *, spec: str,

@@ -253,6 +253,10 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[VLRTrainOptions, list[str]]:
     views = checked if spec is not None else None
 
     a = parse_open_clip_args(rest)
+    if str(a.model).startswith("local-dir:"):
+        from vlr_plugins.integrations.open_clip.text_model import check_local_dir
+
+        check_local_dir(a.model, "--model")  # before open_clip_train makes its logs folder
     model_cfg = recipe.model if recipe is not None else {}
     context_length = ours.vlr_context_length or model_cfg.get("context_length")
     long_name = parse_long_context_name(a.model)
