@@ -168,11 +168,10 @@ CASES = [
      ["model.pretrained", "{pickled}/pytorch_model.bin", REFUSED]),
     ("train care/stage1: model.pretrained without config.json", {}, _stage1("{noconf}"),
      ["model.pretrained", "the folder {noconf} has no config.json"]),
-    # the embedder's own argument is named (pretrained): the recipe key needs the MMEngine adapter to say it
     ("train care/stage2: model.embedder.pretrained weights that are a pickle", {}, _stage2("{pickled}"),
-     ["pretrained", "{pickled}/pytorch_model.bin", REFUSED]),
+     ["model.embedder.pretrained", "{pickled}/pytorch_model.bin", REFUSED]),
     ("train care/stage2: model.embedder.pretrained without config.json", {}, _stage2("{noconf}"),
-     ["pretrained", "the folder {noconf} has no config.json"]),
+     ["model.embedder.pretrained", "the folder {noconf} has no config.json"]),
     ("openclip-train: local-dir: weights that are a pickle", {},
      ["openclip-train", "--model", "local-dir:{clip}", "--train-data", "{jsonl}", "--epochs", "1", "--batch-size",
       "1", "--workers", "0", "--device", "cpu", "--logs", "{tmp}/logs", "--name", "run", "--precision", "fp32"],

@@ -45,5 +45,11 @@ class EOLContrastiveModel(RetrievalAdaptation, BaseModel):
                          init_cfg=init_cfg)
 
     def _build(self, cfg: dict | nn.Module, kind: str) -> nn.Module:
-        # a config of this scope: the core names and the integration's own
+        # a config of this scope: the core names and the integration's own; a model folder that
+        # cannot load is blamed on the recipe key that names it
+        if isinstance(cfg, dict) and kind == "models" and isinstance(cfg.get("pretrained"), str):
+            from vlr_plugins.errors import loading_pretrained
+
+            with loading_pretrained(cfg["pretrained"], "model.embedder.pretrained", needs="config.json"):
+                return MODELS.build(cfg)
         return MODELS.build(cfg) if isinstance(cfg, dict) else cfg
