@@ -32,6 +32,27 @@ def test_list_shows_every_kind_with_descriptions(capsys):
     assert out[0] == "losses:" and len(out) == 2 and "HardNegativeInfoNCELoss" in out[1]
 
 
+def test_list_shows_one_entry_whole(capsys):
+    """`vlr list readers msrvtt`: the reader's arguments (a benchmark's `args`) and the files it
+    reads; a loss's signature; a recipe's file; an unknown name with the close ones, exit 2."""
+    import inspect
+
+    from vlr_plugins.registry import READERS
+
+    assert main(["list", "readers", "msrvtt"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("msrvtt(path") and "media_root" in out and "video_ext" in out
+    assert inspect.getdoc(READERS.get("msrvtt")) in out and "MSRVTT_JSFUSION_test.csv" in out
+    assert main(["list", "losses", "InfoNCELoss"]) == 0
+    assert capsys.readouterr().out.startswith("InfoNCELoss(temperature")
+    assert main(["list", "recipes", "paragraph/c5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# {_shipped('paragraph/c5')}") and _shipped("paragraph/c5").read_text() in out
+    assert main(["list", "readers", "msrvt"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: name: no reader 'msrvt'; did you mean msrvtt") and "`vlr list readers`" in err
+
+
 def _recipe(tmp_path, tiny_world, tiny_encoder_cfg, extra=""):
     """A tiny variant of the shipped C5 recipe (JSON is valid YAML for the mappings)."""
     p = tmp_path / "tiny.yaml"

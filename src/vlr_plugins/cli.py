@@ -47,6 +47,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from vlr_plugins.recipe import list_recipes, load_recipe
     from vlr_plugins.registry import all_registries
 
+    if getattr(args, "name", None):
+        return _show_entry(args.kind, args.name)
     kinds = [args.kind] if args.kind else ["losses", "models", "readers", "metrics", "recipes"]
     for kind in kinds:
         print(f"{kind}:")
@@ -69,6 +71,40 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_entry(kind: str, name: str) -> int:
+    """``vlr list KIND NAME``: one entry whole — its call signature (what a config's or a
+    benchmark's ``args`` take) and its documentation (a reader's file layout, a loss's math); a
+    recipe's file."""
+    import difflib
+    import inspect
+
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.registry import all_registries
+
+    if kind == "recipes":
+        from vlr_plugins.recipe import find_recipe
+
+        path = find_recipe(name)
+        print(f"# {path}\n")
+        print(path.read_text(encoding="utf-8"), end="")
+        return 0
+    registry = all_registries()[kind]
+    names = registry.names()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        raise UsageError("name", f"no {kind[:-1] if kind != 'losses' else 'loss'} {name!r}"
+                                 + (f"; did you mean {', '.join(close)}?" if close else "")
+                                 + f" (`vlr list {kind}` shows them)")
+    (entry,) = [e for e in registry.entries(name) if e.name == name]
+    try:
+        signature = str(inspect.signature(entry.obj))
+    except (TypeError, ValueError):
+        signature = "(...)"
+    print(f"{entry.name}{signature}    [{entry.module}]\n")
+    print(inspect.getdoc(entry.obj) or entry.description)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins import __version__
 
@@ -78,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("list", help="show registered losses, models, readers, metrics and shipped recipes")
     s.add_argument("kind", nargs="?", choices=["losses", "models", "readers", "metrics", "recipes"])
+    s.add_argument("name", nargs="?", help="one entry of KIND, shown whole: its arguments and documentation "
+                                           "(e.g. `vlr list readers msrvtt`: the files it reads, their layout)")
     s.add_argument("--pattern", default="*", help="fnmatch pattern on names")
     s.set_defaults(fn=cmd_list)
     for area in _AREAS:

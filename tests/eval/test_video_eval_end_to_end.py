@@ -205,11 +205,14 @@ def test_from_video_files_to_the_tables_through_the_command_line(world, tmp_path
     written = EmbeddingStore(store)
     for item_id in world["sets"]["msrvtt"].item_ids:
         torch.testing.assert_close(written.get([item_id])[0], world["emb"]["msrvtt16"][item_id], atol=1e-5, rtol=0)
-    report, _ = run_eval("eval", "--model", spec, "--benchmarks", str(bench), "--protocol",
-                         "multi-view-captions/zero-shot", "--tables", "mvc-table1", "--out", str(tmp_path / "out"))
+    report, markdown = run_eval("eval", "--model", spec, "--benchmarks", str(bench), "--protocol",
+                                "multi-view-captions/zero-shot", "--tables", "mvc-table1", "--out", str(tmp_path / "out"))
     expected = open_clip_reference(world, "msrvtt16", "msrvtt")
     for key, value in expected.items():
         assert report["recall"]["msrvtt"][key] == pytest.approx(value), key
+    # a store of videos: the directions are text-to-video and video-to-text
+    assert report["media"] == {"msrvtt": "video"}
+    assert "msrvtt T2V R@1" in markdown and "msrvtt V2T R@1" in markdown and "I2T" not in markdown
 
 
 def test_capst_results_add_the_unified_score(world, tmp_path):

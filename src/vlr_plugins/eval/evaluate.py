@@ -252,6 +252,8 @@ def evaluate_benchmarks(
                 out.setdefault("text_views", {})[key] = view
             if entry is not None and entry.frames is not None:
                 out.setdefault("sampling", {})[key] = {"frames": entry.frames, "sampler": entry.sampler}
+            if (getattr(store, "meta", None) or {}).get("media") == "video":  # reported as T2V / V2T
+                out.setdefault("media", {})[key] = "video"
             ranked_by = bank_at(budget, view) if isinstance(renorm, QueryBanks) else renorm
             out["recall"][key] = evaluate_retrieval_set(
                 encoder, tokenizer, rs, store, budget, ks=choice.ks, batch_size=batch_size, device=device,

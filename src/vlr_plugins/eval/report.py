@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from vlr_plugins._io import atomic_open
 
@@ -23,13 +23,22 @@ def _parsed(key: str) -> tuple[str, str] | None:
         return None
 
 
-def key_label(key: str) -> str:
-    """The header of a result key: ``I2T R@1``, ``T2I MdR↓``, ``I2T MRR@10``, ``R mean``;
-    a key that is no metric is shown as it is."""
+#: the directions' names where the items are videos
+_VIDEO_DIRECTIONS = {"i2t": "V2T", "t2i": "T2V"}
+
+
+def key_label(key: str, video: bool = False) -> str:
+    """The header of a result key: ``I2T R@1``, ``T2I MdR↓``, ``I2T MRR@10``, ``R mean``; with
+    ``video`` (the items are videos) ``V2T R@1``, ``T2V MdR↓``; a key that is no metric is shown
+    as it is."""
     from vlr_plugins.eval.metric_names import metric_label
 
     parsed = _parsed(key)
-    return f"{parsed[0].upper()} {metric_label(parsed[1])}" if parsed else _OTHER.get(key, key)
+    if not parsed:
+        label = _OTHER.get(key, key)
+        return label.replace("I2T", "V2T").replace("T2I", "T2V") if video else label
+    direction = _VIDEO_DIRECTIONS.get(parsed[0], parsed[0].upper()) if video else parsed[0].upper()
+    return f"{direction} {metric_label(parsed[1])}"
 
 
 def _digits(key: str) -> int:
@@ -40,10 +49,12 @@ def _digits(key: str) -> int:
 
 
 def recall_table_markdown(results: Results, splits: Sequence[str],
-                          metrics: Sequence[str] = ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")) -> str:
+                          metrics: Sequence[str] = ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5"),
+                          video: Collection[str] = ()) -> str:
     """One row per configuration, one column per (split, metric); recall in percent and ranks
-    (MdR, MnR: lower is better, marked ``↓``) with 1 decimal, scores in [0, 1] (MRR@k, ...) with 3."""
-    head = ["config"] + [f"{s} {key_label(m)}" for s in splits for m in metrics]
+    (MdR, MnR: lower is better, marked ``↓``) with 1 decimal, scores in [0, 1] (MRR@k, ...) with 3.
+    The splits in ``video`` (their items are videos) are headed T2V / V2T."""
+    head = ["config"] + [f"{s} {key_label(m, video=s in video)}" for s in splits for m in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cfg, per_split in results.items():
         cells = [cfg] + [f"{per_split[s][m]:.{_digits(m)}f}" for s in splits for m in metrics]

@@ -114,7 +114,7 @@ def write_eval_report(
                                   **({"tables": filled} if filled else {}),
                                   **({"unified": dict(unified)} if unified is not None else {})})
     names = list(result["recall"])
-    table = recall_table_markdown({label: result["recall"]}, names, columns)
+    table = recall_table_markdown({label: result["recall"]}, names, columns, video=set(result.get("media") or ()))
     table += "".join("\n" + table_markdown(t) for t in filled.values())
     if unified is not None:
         table += ("\n**CaReBench, Table 5** (unified score: the mean of Avg R@1, general retrieval, and "

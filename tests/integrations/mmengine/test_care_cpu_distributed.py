@@ -28,10 +28,6 @@ CaRe stage II loss, so these runs are without it.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,55 +37,36 @@ pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-import torch.distributed as dist  # noqa: E402
+from _torchrun import load_checkpoint, logged_rows, require_torchrun, run_vlr_processes  # noqa: E402
 
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip(f"torch {torch.__version__} has no gloo backend: no CPU process group for torchrun",
-                allow_module_level=True)
-pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+require_torchrun()
 
 from _tiny_mllm import save_tiny_qwen2vl, write_nli_csv  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[3] / "src")
 TOL = 1e-5
 TRIPLETS, GLOBAL_BATCH, EPOCHS = 20, 4, 2
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               CUDA_VISIBLE_DEVICES="")  # CPU processes, also where a GPU is present
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    return env
 
 
 def _train(folder: str, nli: str, work: Path, *, processes: int, resume: bool = False, fails: bool = False) -> str:
     """``vlr train care/stage2_paper`` with LoRA into ``work`` in a fresh interpreter with no
     GPU visible, under ``torchrun --standalone`` for several processes."""
-    argv = [sys.executable, "-m", "vlr_plugins.cli", "train", "care/stage2_paper", "--train", nli,
+    argv = ["train", "care/stage2_paper", "--train", nli,
             "--work-dir", str(work), *(["--resume"] if resume else []), "--set", f"model.embedder.pretrained={folder}",
             f"train_dataloader.dataset.tokenizer={folder}", f"train_dataloader.batch_size={GLOBAL_BATCH // processes}",
             "train_dataloader.num_workers=0", "train_dataloader.persistent_workers=false",
             f"train_cfg.max_epochs={EPOCHS}", "default_hooks.checkpoint.max_keep_ckpts=2",
             "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.001, weight_decay: 0.0}}",
             "env_cfg.dist_cfg.backend=gloo", "model.finetune=lora", "model.lora={r: 4, lora_alpha: 8, lora_dropout: 0.0}"]
-    if processes > 1:
-        argv[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-        argv.extend(["--launcher", "pytorch"])
-    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=240)
-    assert (out.returncode != 0) == fails, out.stdout[-3000:] + out.stderr[-5000:]
-    return out.stdout + out.stderr if fails else out.stdout
+    return run_vlr_processes(argv, processes, fails=fails)
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return load_checkpoint(path)["state_dict"]
 
 
 def _losses(where: Path) -> list[float]:
     """The loss logged at each step: of a run's ``scalars.json``, or of a work dir's only run."""
-    log = where
-    if where.is_dir():
-        (log,) = where.glob("*/vis_data/scalars.json")
-    return [json.loads(line)["loss"] for line in log.read_text().splitlines() if '"loss"' in line]
+    return [row["loss"] for row in logged_rows(where)]
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], keys) -> float:

@@ -22,9 +22,6 @@ uninterrupted run ends.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,22 +29,12 @@ import torch
 
 pytest.importorskip("mmengine")
 
+from _torchrun import load_checkpoint, logged_rows, require_torchrun, run_vlr_processes  # noqa: E402
+
+require_torchrun()
 import torch.distributed as dist  # noqa: E402
 
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip(f"torch {torch.__version__} has no gloo backend: no CPU process group for torchrun",
-                allow_module_level=True)
-pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
-
-SRC = str(Path(__file__).resolve().parents[3] / "src")
 TOL = 1e-5
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               CUDA_VISIBLE_DEVICES="")  # CPU processes, also where a GPU is present
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    return env
 
 
 def _recipe(tmp: Path, tiny_world: dict, tiny_encoder_cfg: dict) -> Path:
@@ -78,24 +65,16 @@ def _train(recipe: Path, tiny_world: dict, work: Path, *, processes: int, resume
         assert main(args) == 0
         logging.getLogger("mmengine").handlers.clear()
         return None
-    argv = [sys.executable, "-m", "vlr_plugins.cli", *args]
-    if processes > 1:
-        argv[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-        argv.extend(["--launcher", "pytorch"])
-    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=240)
-    assert (out.returncode != 0) == fails, out.stdout[-3000:] + out.stderr[-5000:]
-    return out.stdout + out.stderr if fails else out.stdout
+    return run_vlr_processes(args, processes, fails=fails)
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return load_checkpoint(path)["state_dict"]
 
 
 def _losses(where: Path) -> list[float]:
     """The loss logged at each step: of a run's ``scalars.json``, or of a work dir's only run."""
-    if where.is_dir():
-        (where,) = where.glob("*/vis_data/scalars.json")
-    return [json.loads(line)["loss"] for line in where.read_text().splitlines() if '"loss"' in line]
+    return [row["loss"] for row in logged_rows(where)]
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

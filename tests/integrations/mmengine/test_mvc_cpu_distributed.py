@@ -44,10 +44,6 @@ continues from epoch 1's checkpoint to where the uninterrupted two-process run e
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,14 +53,10 @@ from _mvc_world import EMBED_DIM, mvc_world
 pytest.importorskip("mmengine")
 pytest.importorskip("av")
 
-import torch.distributed as dist  # noqa: E402
+from _torchrun import load_checkpoint, logged_rows, require_torchrun, run_vlr_processes  # noqa: E402
 
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip(f"torch {torch.__version__} has no gloo backend: no CPU process group for torchrun",
-                allow_module_level=True)
-pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+require_torchrun()
 
-SRC = str(Path(__file__).resolve().parents[3] / "src")
 TOL = 1e-5
 EPOCHS, SAMPLES, BATCH = 2, 8, 4
 
@@ -89,38 +81,16 @@ def _sets(world: dict[str, str], *, deterministic: bool = True, epochs: int = EP
     ]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               CUDA_VISIBLE_DEVICES="")  # CPU processes, also where a GPU is present
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def _train(world: dict[str, str], work: Path, *, processes: int, resume: bool = False, fails: bool = False,
            deterministic: bool = True, epochs: int = EPOCHS) -> str:
     """``vlr train mvc/mvc_b`` into ``work`` in a fresh interpreter with no GPU visible, under
     ``torchrun --standalone`` (a local rendezvous on a free port) for several processes."""
-    argv = [sys.executable, "-m", "vlr_plugins.cli", "train", "mvc/mvc_b", "--train", world["train"],
-            "--work-dir", str(work), *(["--resume"] if resume else []),
+    args = ["train", "mvc/mvc_b", "--train", world["train"], "--work-dir", str(work), *(["--resume"] if resume else []),
             "--set", *_sets(world, deterministic=deterministic, epochs=epochs)]
-    if processes > 1:
-        argv[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-        argv.extend(["--launcher", "pytorch"])
-    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=240)
-    assert (out.returncode != 0) == fails, out.stdout[-3000:] + out.stderr[-5000:]
-    return out.stdout + out.stderr
+    return run_vlr_processes(args, processes, fails=fails, stderr=True)
 
 
-def _checkpoint(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _rows(where: Path) -> list[dict]:
-    """The logged training rows (loss and terms per step) of a run's ``scalars.json``, or of
-    a work dir's only run."""
-    if where.is_dir():
-        (where,) = where.glob("*/vis_data/scalars.json")
-    return [json.loads(line) for line in where.read_text().splitlines() if '"loss"' in line]
+_checkpoint, _rows = load_checkpoint, logged_rows
 
 
 TERMS = ("loss", "vtc", "vtm", "vtc_summary", "vtc_detailed", "vtm_summary", "vtm_detailed")

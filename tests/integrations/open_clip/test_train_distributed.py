@@ -21,7 +21,6 @@ from epoch 1's checkpoint to where the uninterrupted two-process run ends, bit f
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,21 +29,11 @@ import pytest
 import torch
 
 pytest.importorskip("open_clip_train")
-import torch.distributed as dist  # noqa: E402
+from _torchrun import cpu_env, require_torchrun  # noqa: E402
 
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip(f"torch {torch.__version__} has no gloo backend", allow_module_level=True)
-
-SRC = str(Path(__file__).resolve().parents[3] / "src")
+require_torchrun()
 TOL = 1e-5
 GLOBAL_BATCH = 8
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               CUDA_VISIBLE_DEVICES="")  # CPU processes, also where a GPU is present
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +62,7 @@ def _train(world: Path, logs: Path, *, processes: int, resume: bool = False, fai
     if processes > 1:
         # "--": torchrun's own parser would take open_clip's --logs for an abbreviation of its --logs-specs
         argv[1:2] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), "-m", "--"]
-    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=300)
+    out = subprocess.run(argv, capture_output=True, text=True, env=cpu_env(), timeout=300)
     assert (out.returncode != 0) == fails, out.stdout[-3000:] + out.stderr[-5000:]
     return out.stdout + out.stderr
 
