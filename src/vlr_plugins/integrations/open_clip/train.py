@@ -383,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_long_context_configs()
     options, rest = resolve_arguments(argv)
     print(f"vlr: {_summary(options)}", file=sys.stderr)
+    note = _lr_print_note(rest)
+    if note:
+        print(f"vlr: {note}", file=sys.stderr)
     # a training file, image or embedding-store shard that is not there is found when read
     from open_clip_train.params import parse_args as parse_open_clip_args
 
@@ -430,6 +433,19 @@ def _nothing_left_on_failure(logs: str | None) -> Iterator[None]:
             if not existed and not any(root.iterdir()):
                 root.rmdir()
         raise
+
+
+def _lr_print_note(rest: Sequence[str]) -> str | None:
+    """open_clip_train logs the learning rate with six decimals (``LR: 0.000000``): a run whose
+    peak is below 5e-6 reads 0.000000 through (at least) its warm-up; say why once, up front."""
+    from open_clip_train.params import parse_args as parse_open_clip_args
+
+    a = parse_open_clip_args(list(rest))
+    if a.lr is None or a.lr >= 5e-6:
+        return None
+    return (f"lr {a.lr:g}: open_clip's log prints the learning rate with 6 decimals, so its 'LR' column "
+            f"reads 0.000000 while the rate is below 5e-7{' (the warm-up from 0 over ' + str(a.warmup) + ' steps)' if a.warmup else ''}"
+            f" and at most {a.lr:.6f} after; the rate itself is {a.lr:g} at its peak")
 
 
 def _summary(o: VLRTrainOptions) -> str:
