@@ -42,7 +42,7 @@ CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
 
 def test_an_unknown_runner_type_is_refused_naming_the_key(tmp_path):
     csv = tmp_path / "nli.csv"
-    csv.write_text("sent0,sent1,hard_neg\na,b,c\nd,e,f\ng,h,i\n")
+    csv.write_text("sent0,sent1,hard_neg\n" + "".join(f"a{i},b{i},c{i}\n" for i in range(5)))
     work = tmp_path / "run"
     assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED, CPU,
                     "train_dataloader.batch_size=1", "runner_type=NoSuchRunner"],
@@ -59,7 +59,11 @@ def test_an_unknown_runner_type_is_refused_naming_the_key(tmp_path):
             "end must be larger than begin"]),
     # 4 triplets in batches of 2: warm-up 0 to 0 (int(0.8))
     (4, 2, ["param_scheduler[0] (LinearLR)", "iterations 0 to 0", "2 iteration(s) an epoch"]),
-], ids=["no-batch", "one-batch", "two-batches"])
+    # 8 triplets in batches of 2: a warm-up of one iteration (int(1.6)), which MMEngine's LinearLR
+    # never finishes: the rate would stay 1e-6 x lr for the whole run
+    (8, 2, ["param_scheduler[0] (LinearLR)", "iterations 0 to 1", "a ramp over one step",
+            "the factor would stay 1e-06 for the whole run"]),
+], ids=["no-batch", "one-batch", "two-batches", "a-one-step-ramp"])
 def test_a_schedule_that_rounds_to_no_step_is_refused_before_the_model_loads(tmp_path, rows, batch, where):
     """The model folder does not exist: the refusal comes before anything would load it."""
     csv = tmp_path / "nli.csv"

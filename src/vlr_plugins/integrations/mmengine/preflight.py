@@ -315,6 +315,13 @@ def check_schedule(cfg: Any, samples: int | None, world: int, option: str = "--s
             raise ConfigError(f"param_scheduler[{i}] ({sched.get('type')}): begin {begin}, end {end} ({unit}): it "
                               f"spans no step, which MMEngine refuses (end must be larger than begin); train on "
                               f"more samples, a smaller batch, or set its bounds with {option} param_scheduler=[...]")
+        ramps = sched.get("type") in ("LinearLR", "LinearParamScheduler", "LinearMomentum")
+        start, stop = sched.get("start_factor", 1.0 / 3), sched.get("end_factor", 1.0)
+        if ramps and last - first == 1 and start != stop:
+            raise ConfigError(f"param_scheduler[{i}] ({sched.get('type')}): begin {begin}, end {end} ({unit}): a ramp "
+                              f"over one step, which MMEngine's LinearLR never completes (it takes end - begin - 1 "
+                              f"steps: the factor would stay {start:g} for the whole run); train on more samples, a "
+                              f"smaller batch, or set its bounds with {option} param_scheduler=[...]")
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:

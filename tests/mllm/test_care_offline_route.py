@@ -1,0 +1,75 @@
+"""docs/care.md's "Trying it on a CPU, offline" runs as written: its files are saved and its
+``care-offline`` shell block runs verbatim in a fresh folder, in a subprocess, with
+HF_HUB_OFFLINE=1 (nothing may be downloaded); then what each step wrote is there and is what
+the next step read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mmengine")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("av")
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "care.md"
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def blocks() -> tuple[dict[str, str], str]:
+    files, route = {}, []
+    for lang, info, body in FENCE.findall(DOC.read_text(encoding="utf-8")):
+        name = re.search(r"\bfile=(\S+)", info)
+        if name:
+            files[name.group(1)] = body
+        elif lang == "bash" and "care-offline" in info:
+            route.append(body)
+    assert len(route) == 1, "one care-offline block"
+    return files, route[0]
+
+
+def test_the_route_has_every_step():
+    files, route = blocks()
+    assert {"care-bench.yaml", "nli.csv"} <= set(files)
+    for step in ("python -m vlr_plugins.mllm.tiny", "vlr precompute", "vlr eval --model mllm:", "vlr lens",
+                 "vlr caption", "vlr train care/stage2"):
+        assert step in route, step
+
+
+def test_the_care_route_runs_verbatim_offline(tmp_path):
+    import vlr_plugins
+
+    files, route = blocks()
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vlr").write_text(f"#!{sys.executable}\nimport sys\nfrom vlr_plugins.cli import main\nsys.exit(main())\n")
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    for p in bin_dir.iterdir():
+        p.chmod(0o755)
+    src = Path(vlr_plugins.__file__).resolve().parents[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
+    env.pop("VLR_DEBUG", None)
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + route], cwd=work, env=env, capture_output=True,
+                         text=True, timeout=900)
+    shown = f"\nstdout:\n{out.stdout[-6000:]}\nstderr:\n{out.stderr[-6000:]}"
+    assert out.returncode == 0, shown
+    assert (work / "tiny-qwen2vl" / "config.json").is_file()
+    results = json.loads((work / "care-results" / "results.json").read_text())
+    recall = results["recall"]["demo-videos"]
+    assert 0.0 <= recall["t2i_r1"] <= 100.0 and results["media"] == {"demo-videos": "video"}
+    assert (work / "lens-out" / "lens.json").is_file()
+    captions = [json.loads(line) for line in (work / "captions.jsonl").read_text().splitlines()]
+    assert len(captions) == 1
+    assert (work / "work_dirs" / "care-tiny" / "last_checkpoint").is_file(), shown
