@@ -8,6 +8,7 @@ from _refusal import assert_refused
 pytest.importorskip("mmengine.registry")
 
 FILLED = ["--set", "model.embedder.pretrained=some/folder", "train_dataloader.dataset.tokenizer=some/folder"]
+CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
 
 
 @pytest.mark.parametrize("extra, where", [
@@ -18,10 +19,17 @@ FILLED = ["--set", "model.embedder.pretrained=some/folder", "train_dataloader.da
     (["--set", "modle.x=1"], ["--set", "modle.x"]),
     (["--set", "train_cfg.max_epochs"], ["--set", "KEY=VALUE"]),
     (["--set", "model=1", "model.x=2"], ["--set", "model"]),
+    (["--train", "{csv}", *FILLED, "{cpu}", "model.loss.cache_chunk=2"],
+     ["model.loss.cache_chunk", "SupervisedSimCSELoss takes no argument 'cache_chunk'", "temperature"]),
+    (["--train", "{csv}", *FILLED, "{cpu}", "model.loss.temprature=0.1"],
+     ["model.loss.temprature", "did you mean 'temperature'?"]),
 ], ids=["values-left", "train-missing", "image-embeddings", "tokenizer", "unknown-section", "not-key-value",
-        "inside-a-value"])
+        "inside-a-value", "loss-argument-unknown", "loss-argument-misspelt"])
 def test_care_recipes_refuse_bad_input_before_the_runner(tmp_path, extra, where):
     work = tmp_path / "run"
+    csv = tmp_path / "nli.csv"
+    csv.write_text("sent0,sent1,hard_neg\na,b,c\n")
+    extra = [{"{csv}": str(csv), "{cpu}": CPU}.get(a, a) for a in extra]
     assert_refused(["train", "care/stage2_paper", "--work-dir", work, *extra], *where, leaves=[work], cwd=tmp_path)
 
 
@@ -35,9 +43,6 @@ def test_mixed_precision_without_a_gpu_is_refused_with_the_way_out(tmp_path):
     work = tmp_path / "run"
     assert_refused(["train", "care/stage2_paper", "--train", csv, "--work-dir", work, *FILLED],
                    "AmpOptimWrapper", "optim_wrapper={type: OptimWrapper", leaves=[work], cwd=tmp_path)
-
-
-CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
 
 
 def test_an_unknown_runner_type_is_refused_naming_the_key(tmp_path):

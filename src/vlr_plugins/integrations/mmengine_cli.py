@@ -75,6 +75,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
     from vlr_plugins.integrations.mmengine.native import load_native_config
     from vlr_plugins.integrations.mmengine.config_parts import launcher_world_size
     from vlr_plugins.integrations.mmengine.preflight import (
+        check_loss_arguments,
         check_output_file,
         check_output_folder,
         check_resume,
@@ -88,6 +89,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
     cfg, vlr = load_native_config(path, overrides=_dotted_set(args.set or []), train=args.train,
                                   work_dir=args.work_dir)
     cfg.launcher = args.launcher
+    check_loss_arguments(cfg)
     check_output_folder(cfg.work_dir, "--work-dir")
     if args.resume:
         check_resume(args.resume, cfg.work_dir, train_cfg=cfg.get("train_cfg"))

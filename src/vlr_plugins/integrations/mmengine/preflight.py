@@ -32,7 +32,7 @@ from vlr_plugins.integrations.mmengine.dataset import (
 )
 from vlr_plugins.recipe import Recipe
 
-__all__ = ["RunInputs", "check_run_inputs", "check_schedule", "native_train_samples", "check_output_folder", "check_output_file", "check_resume_checkpoint",
+__all__ = ["RunInputs", "check_loss_arguments", "check_run_inputs", "check_schedule", "native_train_samples", "check_output_folder", "check_output_file", "check_resume_checkpoint",
            "check_resume", "check_launcher", "nothing_left_on_failure"]
 
 #: what each MMEngine launcher reads from the environment its launcher sets
@@ -322,6 +322,32 @@ def check_schedule(cfg: Any, samples: int | None, world: int, option: str = "--s
                               f"over one step, which MMEngine's LinearLR never completes (it takes end - begin - 1 "
                               f"steps: the factor would stay {start:g} for the whole run); train on more samples, a "
                               f"smaller batch, or set its bounds with {option} param_scheduler=[...]")
+
+
+def check_loss_arguments(cfg: Any, key: str = "model.loss") -> None:
+    """A native config's loss (``model.loss``: a core loss of :data:`~vlr_plugins.registry.LOSSES`)
+    takes the arguments it is given: a key it has no parameter for (``--set model.loss.cache_chunk=2``
+    on a loss without gradient caching) is one :class:`~vlr_plugins.errors.ConfigError` naming the
+    key and the loss's arguments, before any model loads (MMEngine raised a TypeError traceback
+    while building the model)."""
+    import difflib
+    import inspect
+
+    from vlr_plugins.registry import LOSSES
+
+    loss = (cfg.get("model") or {}).get("loss")
+    if not isinstance(loss, Mapping) or not isinstance(loss.get("type"), str) or loss["type"] not in LOSSES:
+        return
+    params = inspect.signature(LOSSES.get(loss["type"])).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [n for n in params if n != "self"]
+    for name in loss:
+        if name != "type" and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise ConfigError(f"{key}.{name}: {loss['type']} takes no argument {name!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; its arguments: {', '.join(known) or 'none'}")
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
