@@ -6,13 +6,11 @@ the next step read."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _doc_route import FENCE, run_verbatim
 
 pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
@@ -20,7 +18,6 @@ pytest.importorskip("peft")
 pytest.importorskip("av")
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "care.md"
-FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def blocks() -> tuple[dict[str, str], str]:
@@ -44,25 +41,12 @@ def test_the_route_has_every_step():
 
 
 def test_the_care_route_runs_verbatim_offline(tmp_path):
-    import vlr_plugins
-
     files, route = blocks()
     work = tmp_path / "work"
     work.mkdir()
     for name, text in files.items():
         (work / name).write_text(text)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vlr").write_text(f"#!{sys.executable}\nimport sys\nfrom vlr_plugins.cli import main\nsys.exit(main())\n")
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    for p in bin_dir.iterdir():
-        p.chmod(0o755)
-    src = Path(vlr_plugins.__file__).resolve().parents[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
-    env.pop("VLR_DEBUG", None)
-    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + route], cwd=work, env=env, capture_output=True,
-                         text=True, timeout=900)
+    out = run_verbatim(route, work, tmp_path, OMP_NUM_THREADS="1")
     shown = f"\nstdout:\n{out.stdout[-6000:]}\nstderr:\n{out.stderr[-6000:]}"
     assert out.returncode == 0, shown
     assert (work / "tiny-qwen2vl" / "config.json").is_file()
