@@ -2,7 +2,8 @@
 or numpy's (OpenBLAS in numpy's wheels), whichever is faster on this machine.
 
 They differ by machine, not by a constant: on an AMD EPYC (Zen 4, AVX-512) torch's MKL runs a
-1,024 x 256 by 256 x 1,024 product at ~64 GFLOP/s on one thread and numpy's OpenBLAS at ~85;
+1,024 x 256 by 256 x 1,024 product at a median ~55 GFLOP/s on one thread and numpy's OpenBLAS
+at ~76;
 on Intel CPUs MKL is usually the faster one. :func:`choice` measures both once on the engine's
 tile shape (a few tens of milliseconds) and keeps the answer in a small JSON file per machine
 (``$VLR_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlr-plugins``, else ``~/.cache/vlr-plugins``),
@@ -26,7 +27,6 @@ import functools
 import json
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,25 +52,21 @@ def _cache_file() -> Path:
     return Path(root) / "cpu-blas.json"
 
 
-def _cpu_model() -> str:
+def _machine_key() -> str:
+    """The CPU's model and vector extensions (``/proc/cpuinfo``'s first processor), torch and numpy."""
+    model, flags = None, ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and model is None:
+                model = value.strip()
+            elif name.strip() == "flags":
+                flags = " ".join(sorted(f for f in value.split() if f.startswith(("avx", "fma", "amx"))))
+                break
     except OSError:
         pass
-    return platform.processor() or platform.machine()
-
-
-def _machine_key() -> str:
-    flags = ""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        flags = " ".join(sorted(f for f in text.split("flags", 1)[1].split("\n", 1)[0].split()
-                                if f.startswith(("avx", "fma", "amx"))))
-    except (OSError, IndexError):
-        pass
-    return f"{_cpu_model()} [{flags}] torch {torch.__version__} numpy {np.__version__}"
+    model = model or platform.processor() or platform.machine()
+    return f"{model} [{flags}] torch {torch.__version__} numpy {np.__version__}"
 
 
 def _measure() -> dict[str, float]:
@@ -101,13 +97,11 @@ def _read_cache(path: Path) -> dict:
 
 
 def _write_cache(path: Path, data: dict) -> None:
-    """Atomically (a temporary file, then a rename); a cache that cannot be written is skipped."""
+    """Atomically (:func:`~vlr_plugins._io.atomic_write_json`); a cache that cannot be written is skipped."""
+    from vlr_plugins._io import atomic_write_json
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cpu-blas-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write_json(path, data)
     except OSError:
         pass
 

@@ -367,9 +367,11 @@ def test_a_recipes_global_batch_is_split_over_the_processes_of_any_launcher(tiny
 
 def test_a_learning_rate_that_prints_as_zero_is_explained_up_front():
     """open_clip's log shows the rate with 6 decimals: Long-CLIP's 1e-6 reads 'LR: 0.000000'."""
+    from open_clip_train.params import parse_args
+
     from vlr_plugins.integrations.open_clip.train import _lr_print_note
 
-    note = _lr_print_note(["--lr", "1e-6", "--warmup", "200"])
+    note = _lr_print_note(parse_args(["--lr", "1e-6", "--warmup", "200"]))
     assert note.startswith("lr 1e-06: open_clip's log prints the learning rate with 6 decimals")
     assert "0.000000" in note and "200 steps" in note
-    assert _lr_print_note(["--lr", "1e-3"]) is None
+    assert _lr_print_note(parse_args(["--lr", "1e-3"])) is None

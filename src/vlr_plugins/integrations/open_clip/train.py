@@ -383,14 +383,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_long_context_configs()
     options, rest = resolve_arguments(argv)
     print(f"vlr: {_summary(options)}", file=sys.stderr)
-    note = _lr_print_note(rest)
+    from open_clip_train.params import parse_args as parse_open_clip_args
+
+    parsed = parse_open_clip_args(list(rest))  # open_clip_train's view of its own options
+    note = _lr_print_note(parsed)
     if note:
         print(f"vlr: {note}", file=sys.stderr)
     # a training file, image or embedding-store shard that is not there is found when read
-    from open_clip_train.params import parse_args as parse_open_clip_args
-
     try:
-        with _nothing_left_on_failure(parse_open_clip_args(list(rest)).logs), patched_open_clip_train(options), \
+        with _nothing_left_on_failure(parsed.logs), patched_open_clip_train(options), \
                 as_user_error(FileNotFoundError):
             code = open_clip_main(rest)
     finally:
@@ -435,12 +436,9 @@ def _nothing_left_on_failure(logs: str | None) -> Iterator[None]:
         raise
 
 
-def _lr_print_note(rest: Sequence[str]) -> str | None:
+def _lr_print_note(a: argparse.Namespace) -> str | None:
     """open_clip_train logs the learning rate with six decimals (``LR: 0.000000``): a run whose
     peak is below 5e-6 reads 0.000000 through (at least) its warm-up; say why once, up front."""
-    from open_clip_train.params import parse_args as parse_open_clip_args
-
-    a = parse_open_clip_args(list(rest))
     if a.lr is None or a.lr >= 5e-6:
         return None
     return (f"lr {a.lr:g}: open_clip's log prints the learning rate with 6 decimals, so its 'LR' column "
