@@ -6,6 +6,12 @@ vlr_plugins.integrations.open_clip.train``) runs through :func:`run_cli`: a
 is a bug and keeps its traceback. ``VLR_DEBUG=1`` shows the traceback of a
 :class:`UserError` too.
 
+One convention for the exit status of every command (:func:`failed_items_status`):
+0 the whole run; 1 the run finished but some of its items failed (undecodable videos,
+failed requests), its output holds every other item and a rerun with ``--resume`` tries
+the failed ones again; 2 refused (bad input: nothing written) or not one item could be
+done.
+
 Subclasses keep a standard base where callers may already catch one
 (``class DataFormatError(UserError, ValueError)``), so ``except ValueError`` still works.
 """
@@ -24,7 +30,7 @@ __all__ = ["UserError", "UsageError", "ConfigError", "MissingFileError", "InputE
            "MissingModelError",
            "DataFormatError", "MissingEmbeddingsError", "OutputExistsError", "ImageEncoderError",
            "VideoEncoderError", "image_encoder_error", "check_pretrained_location", "loading_pretrained",
-           "refusing_pickled_weights", "as_user_error", "run_cli"]
+           "refusing_pickled_weights", "as_user_error", "run_cli", "failed_items_status"]
 
 
 class UserError(Exception):
@@ -410,6 +416,14 @@ def _from_worker(err: BaseException) -> str | None:
     if not lines:
         return None
     return f"{text[lines[-1].end():].strip()} ({match['where']})"
+
+
+def failed_items_status(failed: int, total: int) -> int:
+    """The exit status of a run over ``total`` items of which ``failed`` failed (the module's
+    convention): 0 none failed, 1 some (the output holds the others), 2 every one of them."""
+    if failed <= 0:
+        return 0
+    return 2 if failed >= total else 1
 
 
 def run_cli(command: Callable[[], int]) -> int:

@@ -250,14 +250,14 @@ def test_when_no_video_decodes_only_the_failures_are_written(tmp_path, tower):
 # --------------------------------------------------------------------------- the command
 
 
-def test_vlr_precompute_videos_reports_failures_and_exits_2_then_resume_finishes(clips, tmp_path,
+def test_vlr_precompute_videos_reports_failures_and_exits_1_then_resume_finishes(clips, tmp_path,
                                                                                 plain_tower_module):
     shutil.copytree(clips, tmp_path / "videos")
     (tmp_path / "videos" / "broken.mp4").write_bytes(b"\x00" * 100)
     argv = ["precompute", "--videos", "videos", "--encoder", plain_tower_module, "--out", "store",
             "--frames", FRAMES, "--workers", 0]
     code, out, err = _vlr(argv, tmp_path)
-    assert code == 2, err
+    assert code == 1, err  # partial: the store holds the others
     assert "wrote 5 embeddings of dim 6 to store" in out
     assert "error: 1 of 6 videos could not be decoded" in err and "store.failures.jsonl" in err
     assert [json.loads(x)["id"] for x in (tmp_path / "store.failures.jsonl").read_text().splitlines()] == ["broken"]
@@ -272,6 +272,18 @@ def test_vlr_precompute_videos_reports_failures_and_exits_2_then_resume_finishes
     assert store.ids == ("a", "b", "c", "sub/d", "sub/e", "broken")
     assert not (tmp_path / "store.failures.jsonl").exists()
     assert store.meta["encoder"] == plain_tower_module and store.meta["frames"] == FRAMES
+
+
+def test_vlr_precompute_exits_2_when_no_video_decodes(tmp_path, plain_tower_module):
+    (tmp_path / "videos").mkdir()
+    for name in ("x", "y"):
+        (tmp_path / "videos" / f"{name}.mp4").write_bytes(b"\x00" * 100)
+    code, out, err = _vlr(["precompute", "--videos", "videos", "--encoder", plain_tower_module, "--out", "store",
+                           "--frames", FRAMES, "--workers", 0], tmp_path)
+    assert code == 2, (out, err)  # nothing could be done: not a partial run (exit 1)
+    assert "lists all 2 videos: none could be decoded" in err and "no store was written" in err
+    assert not (tmp_path / "store").exists()
+    assert [json.loads(x)["id"] for x in (tmp_path / "store.failures.jsonl").read_text().splitlines()] == ["x", "y"]
 
 
 KILLED_RUN = textwrap.dedent(

@@ -104,8 +104,9 @@ def _run(args: argparse.Namespace) -> int:
 
         print(f"videos that could not be decoded: {failures_path_of(args.out)} (a rerun with --resume tries them "
               f"again)")
-        return 1
-    return 0
+    from vlr_plugins.errors import failed_items_status
+
+    return failed_items_status(len(run.failed), run.captioned + run.skipped + len(run.failed))
 
 
 def _merge_only(args: argparse.Namespace) -> int:

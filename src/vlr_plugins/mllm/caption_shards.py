@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vlr_plugins._shards import merge_count, shard_range
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import UsageError, failed_items_status
 from vlr_plugins.mllm.captions_file import failures_path_of
 from vlr_plugins.mllm.captions_parts import SHARD_KEY, CaptionParts, caption_inputs_digest, parts_dir_of
 
@@ -131,8 +131,7 @@ def _merge(parts: CaptionParts, count: int, *, who: str, force: bool) -> int:
     if failed:
         print(f"videos that could not be decoded: {failures_path_of(parts.out)} ({failed}; a rerun of one process "
               "with --resume tries them again)")
-        return 1
-    return 0
+    return failed_items_status(failed, rows + failed)
 
 
 def merge_only(out: str | os.PathLike[str], count: int | None) -> int:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from vlr_plugins._argtypes import check_device, non_negative_int, positive_int
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import UsageError, failed_items_status
 from vlr_plugins.specs import (
     check_model_dtype_option,
     load_image_encoder,
@@ -138,8 +138,7 @@ def cmd_precompute(args: argparse.Namespace) -> int:
         print(f"error: {failed} of {len(videos)} videos could not be decoded; they are listed with the decoder's "
               f"reason in {failures} (the store holds every other video; fix or remove them and rerun with --resume)",
               file=sys.stderr)
-        return 2
-    return 0
+    return failed_items_status(failed, len(videos))
 
 
 def _merge_only(args: argparse.Namespace) -> int:

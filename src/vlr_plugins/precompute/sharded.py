@@ -23,7 +23,7 @@ from vlr_plugins._shards import merge_count, shard_range
 from vlr_plugins.data.embedding_store import _is_store
 from vlr_plugins.data.resumable_store import ResumableEmbeddingStoreWriter, read_store_progress, work_dir_of
 from vlr_plugins.data.store_parts import SHARD_KEY, Parts, inputs_digest, parts_dir_of
-from vlr_plugins.errors import UsageError
+from vlr_plugins.errors import UsageError, failed_items_status
 
 __all__ = ["IMAGE_LAYOUT", "SETTING_OPTIONS", "VIDEO_LAYOUT", "ShardJob", "merge_only", "run_image_shard", "run_video_shard"]
 
@@ -123,8 +123,7 @@ def _merge(parts: Parts, count: int, *, who: str, force: bool) -> int:
         print(f"error: {result.failures} items could not be decoded; they are listed with the decoder's reason in "
               f"{result.out.name}.failures.jsonl beside the store (the store holds every other item)",
               file=sys.stderr)
-        return 2
-    return 0
+    return failed_items_status(result.failures, result.rows + result.failures)
 
 
 def merge_only(out: str | os.PathLike[str], count: int | None) -> int:
@@ -214,8 +213,8 @@ def run_video_shard(job: ShardJob, encoder: Any, videos: Sequence[Any], *, dim: 
             print(f"{job.describe()} stopped; the embeddings written so far are kept in {work_dir_of(job.part)}: "
                   "rerun the same command with --resume to finish the shard", file=sys.stderr)
         raise
-    if failed:
+    if failed:  # the job is partial whoever merges it (the module's exit convention: 1)
         print(f"{job.describe()}: {failed} videos could not be decoded; they are listed in {failures}",
               file=sys.stderr)
-    return job.finish()
+    return max(1 if failed else 0, job.finish())
 
