@@ -219,3 +219,10 @@ def test_pickled_weights_are_named_by_file_and_the_outer_setting(tmp_path):
     message = str(e.value)
     assert message.startswith(f"--model: cannot load '{tmp_path / 'm'}': {weights} is not a weights-only checkpoint")
     assert "posix.getcwd" in message and "weights_only=False" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("failed, total, status", [(0, 0, 0), (0, 5, 0), (1, 5, 1), (4, 5, 1), (5, 5, 2), (1, 1, 2)])
+def test_failed_items_status_is_the_documented_convention(failed, total, status):
+    from vlr_plugins.errors import failed_items_status
+
+    assert failed_items_status(failed, total) == status

@@ -84,6 +84,10 @@ CASES = {
     "mvc-input-without-video": (lambda t, i: ["mvc", "--input", i, "--set", *(f"roles.{r}.base_url={CLOSED}" for r in
                                               ("captioner_1", "captioner_2", "refiner"))],
                                 ["items.jsonl", "line 1", "video"]),
+    "mvc-video-file-missing": (lambda t, i: ["mvc", "--input", _write(t / "clips.jsonl", "".join(json.dumps(
+        {"id": str(n), "video": name, "caption": "a dog"}) + "\n" for n, name in enumerate(["a.png", "gone.mp4"]))),
+        "--set", *(f"roles.{r}.base_url={CLOSED}" for r in ("captioner_1", "captioner_2", "refiner"))],
+        ["clips.jsonl", "line 2", "field 'video'", "no such video file", "gone.mp4"]),
     "template-unknown-slot": (lambda t, i: [_pipeline_copy(t, _unknown_slot), "--input", i, *FAST],
                               ["score.txt", "{reference}"]),
     "pipeline-not-yaml": (lambda t, i: [_pipeline_copy(t, _not_yaml), "--input", i], ["paragraph.yaml", "YAML"]),

@@ -26,9 +26,10 @@ def inputs(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
     write_video(tmp_path / "good.mp4")
     write_video(tmp_path / "bad.mp4")
+    (tmp_path / "broken.mp4").write_bytes(b"\x00" * 64)  # there, but no video: frames cannot be read
     items = [{"id": "v0", "video": "good.mp4", "caption": "a man walks"},
              {"id": "v1", "video": "bad.mp4", "caption": "a man on a shore"},
-             {"id": "v2", "video": "missing.mp4", "caption": "a person"}]
+             {"id": "v2", "video": "broken.mp4", "caption": "a person"}]
     path = tmp_path / "videos.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
     return path
@@ -48,7 +49,7 @@ def test_records_field_by_field(inputs, tmp_path):
     out = tmp_path / "mvc"
     result, server = run(inputs, out)
     assert result["complete"]
-    # the bad and the missing video carry failures (kept in the corpus); the good one none
+    # the bad and the broken video carry failures (kept in the corpus); the good one none
     assert result["failed_records"] == 2 and result["records_run"] == 3
     assert (result["first_failure"]["id"], result["first_failure"]["stage"]) == ("v1", "caption-2")  # part 0 first
     written = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
@@ -56,7 +57,7 @@ def test_records_field_by_field(inputs, tmp_path):
     for r in written:
         assert list(r) == ["id", "video", "O", "S1", "S2", "D1", "D2", "D1*", "D2*", "P1", "P2", "meta"]
         assert list(r["meta"]) == ["P_from", "frames", "failures", "generated_by"]
-    good, bad, missing = [{**{k: v for k, v in r.items() if k != "meta"}, **r["meta"]} for r in written]
+    good, bad, broken = [{**{k: v for k, v in r.items() if k != "meta"}, **r["meta"]} for r in written]
 
     assert good["video"] == str(tmp_path / "good.mp4") and good["O"] == "a man walks"
     assert good["frames"] == {"num_frames": 4, "strategy": "uniform"}
@@ -84,13 +85,13 @@ def test_records_field_by_field(inputs, tmp_path):
     assert (failure["stage"], failure["prompt"]) == ("caption-2", "detailed_2")
     assert failure["error"] == "malformed answer after 3 tries: the caption is empty" and failure["answer"] == ""
 
-    # a missing file: every request that sends frames fails alone; the file URL is sent
-    assert missing["S1"] is None and missing["D1"] is None and missing["D1*"] is None and missing["D2*"] is None
-    assert missing["S2"] == f"A person walks ({T}, missing.mp4)."
-    assert [(f["stage"], f["prompt"]) for f in missing["failures"]] == [
+    # a file that does not decode: every request that sends frames fails alone; the file URL is sent
+    assert broken["S1"] is None and broken["D1"] is None and broken["D1*"] is None and broken["D2*"] is None
+    assert broken["S2"] == f"A person walks ({T}, broken.mp4)."
+    assert [(f["stage"], f["prompt"]) for f in broken["failures"]] == [
         ("caption-1", "summary_1"), ("caption-1", "detailed_1"), ("refine", "refine"), ("positives", "positives")]
-    assert "cannot read the request's media" in missing["failures"][0]["error"]
-    assert missing["failures"][3]["error"].startswith("no refined caption")
+    assert "cannot read the request's media" in broken["failures"][0]["error"]
+    assert broken["failures"][3]["error"].startswith("no refined caption")
 
     # the frames go as 4 JPEG data URLs before the prompt's text (Qwen's order)
     qwen = [b for b in server.bodies() if b["model"] == f"Qwen/{Q}"]

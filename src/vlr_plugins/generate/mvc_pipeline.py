@@ -168,7 +168,9 @@ class MVCPipeline:
                    options: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Input records ``{id, caption, video}`` from JSON Lines (key names from ``keys``:
         ``caption``, ``media``); video paths relative to ``media_root`` (default: the file's
-        folder). Errors name the file, the line and the key."""
+        folder). Errors name the file, the line and the key. A video file that is not there
+        is refused here, before any call: a role sending frames decodes it on this machine,
+        and one sending ``file://`` URLs names this machine's path to a server beside it."""
         caption_key, media_key = keys.get("caption", "caption"), keys.get("media", "video")
         root = os.path.abspath(keys.get("media_root") or os.path.dirname(os.path.abspath(path)))
         frames = dict(options["frames"])
@@ -189,7 +191,10 @@ class MVCPipeline:
                 if not isinstance(value, str) or not value.strip():
                     raise DataFormatError(path, f"expected a non-empty string, found {_json_type(value)}",
                                           record=line_no, field=key)
-            yield {"id": str(rid), "video": os.path.join(root, item[media_key]), "O": item[caption_key],
+            video = os.path.join(root, item[media_key])
+            if not os.path.isfile(video):
+                raise DataFormatError(path, f"no such video file: {video}", record=line_no, field=media_key)
+            yield {"id": str(rid), "video": video, "O": item[caption_key],
                    "frames": frames, "failures": [], "generated_by": {}}
 
     def check_record(self, record: dict[str, Any], path: str | os.PathLike[str], line: int) -> None:
