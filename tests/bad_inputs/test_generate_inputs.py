@@ -99,6 +99,8 @@ CASES = {
                            ["--no-cache", "--cache"]),
     "ray-and-shards": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-count", "2", *FAST],
                        ["--shard-count", "ray"]),
+    "ray-and-shard-index": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-index", "1", *FAST],
+                            ["--shard-index", "ray"]),
     "ray-workers-zero": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--ray-workers", "0", *FAST],
                          ["--ray-workers"]),
     "stats-without-corpus": (lambda t, i: ["stats"], ["CORPUS"]),
@@ -123,6 +125,28 @@ def test_generate_refuses_bad_input_before_asking_a_model(world, case):
     if argv[1] != "stats" and "--out" not in argv:
         argv += ["--out", out]
     assert_refused(argv, *where, leaves=[out, tmp_path / "a.txt"], cwd=tmp_path)
+
+
+TORCHRUN_CASES = {
+    "torchrun-rank-and-shard-options-disagree": ({"RANK": "1", "WORLD_SIZE": "2"}, ["--shard-index", "0",
+                                                 "--shard-count", "2"], ["--shard-index", "rank 1 of 2", "torchrun"]),
+    "torchrun-rank-and-one-shard-option": ({"RANK": "1", "WORLD_SIZE": "2"}, ["--shard-count", "2"],
+                                           ["--shard-index", "0 of --shard-count 2", "rank 1 of 2"]),
+    "torchrun-rank-outside-the-world": ({"RANK": "2", "WORLD_SIZE": "2"}, [], ["RANK", "0 .. 1", "found 2"]),
+    "torchrun-and-ray": ({"RANK": "0", "WORLD_SIZE": "2"}, ["--engine", "ray"], ["--engine", "torchrun", "once"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCHRUN_CASES))
+def test_generate_under_torchrun_refuses_a_rank_that_disagrees(world, monkeypatch, case):
+    tmp_path, items = world
+    env, options, where = TORCHRUN_CASES[case]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "corpus"
+    assert_refused(["generate", "paragraph", "--input", items, "--out", out, *options, *FAST], *where, leaves=[out])
 
 
 def test_no_api_key_is_refused_naming_the_variable(world, monkeypatch):

@@ -239,3 +239,26 @@ def test_mine_refuses_a_sharded_state(tmp_path, case):
         where = [*where, f"pid {os.getppid()}"]
     assert_refused(argv, *where, leaves=[] if case.startswith("merge") else [tmp_path / ".out.jsonl.parts"])
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+# ---------------------------------------------------------------- under torchrun (RANK / WORLD_SIZE)
+
+TORCHRUN_CASES = {
+    "torchrun-rank-and-shard-options-disagree": ({"RANK": "1", "WORLD_SIZE": "2"},
+                                                 [*S, "--shard-index", "0", "--shard-count", "2"],
+                                                 ["--shard-index", "rank 1 of 2", "torchrun"]),
+    "torchrun-rank-outside-the-world": ({"RANK": "2", "WORLD_SIZE": "2"}, S, ["RANK", "0 .. 1", "found 2"]),
+    "torchrun-world-size-not-a-number": ({"RANK": "0", "WORLD_SIZE": "two"}, S, ["WORLD_SIZE", "'two'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCHRUN_CASES))
+def test_mine_under_torchrun_refuses_a_rank_that_disagrees(tmp_path, monkeypatch, case):
+    corpus(tmp_path)
+    env, argv, where = TORCHRUN_CASES[case]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
+    assert_refused(argv, *where, leaves=[tmp_path / "out.jsonl", tmp_path / ".out.jsonl.parts"])

@@ -288,3 +288,27 @@ def test_an_mvc_view_spelled_out_is_the_same_run(tmp_path):
     code, _, stderr = mine(tmp_path, "mvc", tmp_path / "other.jsonl", "--shard-index", "1", "--shard-count", "2",
                            "--pool", "detailed")
     assert code == 2 and "error: --pool:" in stderr and "shards already written" in stderr, stderr
+
+
+def test_torchrun_ranks_take_their_shards_and_give_the_single_process_corpus(tmp_path):
+    """A real ``torchrun --standalone --nproc-per-node 2``: no shard options, each rank mines its
+    shard by RANK / WORLD_SIZE, and whichever finishes last merges the single-process bytes."""
+    pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+    from _torchrun import cpu_env
+
+    want = single(tmp_path, "paragraph")
+    out = tmp_path / "ranked.jsonl"
+    env = cpu_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.path.dirname(__file__) + "/../_support"])
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+            "vlr_plugins.cli", "mine", "paragraph", str(tmp_path / "train.jsonl"), "--model", MODEL, "--out", str(out),
+            "-k", "3"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert out.read_bytes() == want
+    assert not work_dir_of(out).exists() and run_record_of(out).is_file()
+    record = json.loads(run_record_of(out).read_text())
+    assert record["manifest"]["settings"]["shard_count"] == 2
+    assert "shard 0 of 2" in done.stdout and "shard 1 of 2" in done.stdout

@@ -24,7 +24,7 @@ def _stats(args: argparse.Namespace) -> int:
     if args.corpus is None:
         raise UsageError("CORPUS", "expected the corpus folder (or .jsonl file) to audit: vlr generate stats OUT/")
     given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if getattr(args, k) not in (None, False, [])
-             and not (k == "shard_count" and args.shard_count == 1) and not (k == "engine" and args.engine == "local")]
+             and not (k == "engine" and args.engine == "local")]
     if given:
         raise UsageError(given[0], "is an option of a generation run, not of `vlr generate stats`")
     if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".pdf", ".svg"):
@@ -56,14 +56,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--input" if args.input is None else "--out", "required for a generation run")
     if not os.path.isfile(args.input):
         raise UsageError("--input", f"no such file: {args.input}")
-    if args.shard_index >= args.shard_count:
-        raise UsageError("--shard-index", f"expected 0 .. {args.shard_count - 1} (--shard-count "
-                                          f"{args.shard_count}), found {args.shard_index}")
     if args.cache is not None and args.no_cache:
         raise UsageError("--no-cache", "contradicts --cache")
-    if args.engine == "ray" and args.shard_count != 1:
-        raise UsageError("--shard-count", "a job-array shard and --engine ray do not mix: Ray spreads the parts "
-                                          "over the cluster itself")
+    shard_index, shard_count = _shard(args)
     check_output_dir(args.out, "--out")
     pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
     stages = None
@@ -90,8 +85,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from vlr_plugins.generate.runner import generate_corpus
 
-        result = generate_corpus(pipeline, args.input, args.out, stages=stages, shard_index=args.shard_index,
-                                 shard_count=args.shard_count, cache=cache, merge=not args.no_merge,
+        result = generate_corpus(pipeline, args.input, args.out, stages=stages, shard_index=shard_index,
+                                 shard_count=shard_count, cache=cache, merge=not args.no_merge,
                                  limit=args.limit, report=report)
     print(f"{result['out']}: {result['parts_run']} parts run, {result['records_per_s']:.2f} records/s")
     for role, summary in result["backends"].items():
@@ -115,6 +110,30 @@ def _run(args: argparse.Namespace) -> int:
               f"{result['out']}` counts them)", file=sys.stderr)
         return 1
     return 0
+
+
+def _shard(args: argparse.Namespace) -> tuple[int, int]:
+    """This process' ``(shard index, shard count)``: the shard options (one given alone: the
+    other is 0 / 1), or under ``torchrun`` (no shard options) ``RANK`` / ``WORLD_SIZE``."""
+    from vlr_plugins._shards import resolve_shard, torchrun_shard
+    from vlr_plugins.errors import UsageError
+
+    if args.engine == "ray":
+        if args.shard_count not in (None, 1) or args.shard_index not in (None, 0):
+            option = "--shard-count" if args.shard_count not in (None, 1) else "--shard-index"
+            raise UsageError(option, "a job-array shard and --engine ray do not mix: Ray spreads the parts over "
+                                     "the cluster itself")
+        ranked = torchrun_shard()
+        if ranked is not None and ranked[1] > 1:
+            raise UsageError("--engine", f"ray under torchrun (rank {ranked[0]} of {ranked[1]}): every rank would "
+                                         "start the whole Ray run; run `vlr generate --engine ray` once, without "
+                                         "torchrun")
+        return 0, 1
+    index, count = args.shard_index, args.shard_count
+    if index is not None or count is not None:
+        index, count = 0 if index is None else index, 1 if count is None else count
+    shard = resolve_shard(index, count)  # a SLURM array task, or a torchrun rank
+    return shard if shard is not None else (0, 1)
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
@@ -144,9 +163,10 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--set", nargs="*", action="extend", metavar="KEY=VALUE",
                    help="pipeline overrides, e.g. roles.captioner.base_url=http://host:8000/v1")
     s.add_argument("--stages", nargs="+", metavar="STAGE", help="run only these stages (each may run elsewhere)")
-    s.add_argument("--shard-index", type=at_least(0), default=0,
-                   help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID)")
-    s.add_argument("--shard-count", type=at_least(1), default=1, help="workers in the job array")
+    s.add_argument("--shard-index", type=at_least(0),
+                   help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID; default 0); under "
+                        "torchrun each rank takes its shard by itself")
+    s.add_argument("--shard-count", type=at_least(1), help="workers in the job array (default 1)")
     s.add_argument("--limit", type=at_least(1), help="only the first N input records")
     s.add_argument("--cache", help="the answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--no-cache", action="store_true", help="keep no answer cache")

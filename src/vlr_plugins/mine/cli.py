@@ -192,6 +192,9 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
             print(f"shard {args.shard_index} of {run.count}: mined records {start}..{stop - 1} against "
                   f"{len(task.gallery)} texts: {run.part(args.shard_index)}")
     missing = run.missing()
+    if missing and not args.merge_only and run.merged_already(args.out):
+        print(f"shard {args.shard_index} of {run.count}: the parts were merged into {args.out} by another shard")
+        return 0
     if missing:
         if args.merge_only:
             raise UsageError("--merge-only", f"{len(missing)} of {run.count} shards have no part in {run.work} yet, "
@@ -199,7 +202,13 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
         print(f"not complete: {len(missing)} of {run.count} shards still to run (e.g. --shard-index {missing[0]}); "
               f"the last one to finish writes {args.out}")
         return 0
-    claimed, claim = run.claim_merge(timeout=args.claim_timeout, force=args.merge_only)
+    try:
+        claimed, claim = run.claim_merge(timeout=args.claim_timeout, force=args.merge_only)
+    except FileNotFoundError:  # the work folder removed meanwhile: another shard merged (torchrun's ranks at once)
+        if args.merge_only or not run.merged_already(args.out):
+            raise
+        print(f"shard {args.shard_index} of {run.count}: the parts were merged into {args.out} by another shard")
+        return 0
     if not claimed:
         if args.merge_only:
             raise UsageError("--merge-only", f"the merge into {args.out} is claimed by {claim.describe()}; wait for it "
@@ -224,6 +233,14 @@ def cmd_mine(args: argparse.Namespace) -> int:
 
     setting()  # VLR_CPU_BLAS
     check_shard_options(args)
+    if not args.merge_only:
+        from vlr_plugins._shards import local_rank, resolve_shard
+
+        shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
+        if shard is not None:
+            args.shard_index, args.shard_count = shard
+            if args.device == "cuda" and local_rank() is not None:
+                args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
     done = _check_paths(args)
     if done is not None:
         print(done)
@@ -262,7 +279,7 @@ def add_cli(sub: Any) -> None:
                     "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
                     "(sentence-transformers' mine_hard_negatives); --margin M: a negative scores at least M\n"
                     "below every positive of its query (a guard against false negatives).\n"
-                    "--shard-index I --shard-count N (a job array): mine a contiguous range of the queries\n"
+                    "--shard-index I --shard-count N (a job array), or under torchrun each rank by itself: mine a contiguous range of the queries\n"
                     "against the whole gallery into a part beside --out; a rerun redoes only missing parts;\n"
                     "the last shard to finish (or --merge-only) writes --out; a task run again after that (a\n"
                     "requeue) finds --out written by the same run and does nothing.")
@@ -295,7 +312,7 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--batch-size", type=positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     add_shard_options(s, "mines a contiguous range of the queries against the whole gallery into a part beside "
-                         "--out", count_help="the processes of the job array",
+                         "--out; under torchrun each rank takes its shard by itself", count_help="the processes of the job array",
                       merge_help="write --out from the parts of a sharded run (the last shard to finish does it "
                                  "itself)")
     s.add_argument("--claim-timeout", type=at_least(0.0, float), default=DEFAULT_CLAIM_TIMEOUT, metavar="SECONDS",
