@@ -149,3 +149,12 @@ def test_torchrun_ranks_take_their_shards_and_merge_the_single_process_corpus(tm
     for name in files:
         assert (ranked / name).read_bytes() == (single / name).read_bytes(), name
     assert "complete: 3 records" in done.stdout
+
+    # --merge-only writes the same corpus and manifest from the parts alone, asking no model
+    for name in ("corpus.jsonl", "manifest.json"):
+        (ranked / name).unlink()
+    closed = "http://127.0.0.1:9/v1"  # endpoints are not part of the run: any may be given
+    assert main(["generate", "paragraph", "--out", str(ranked), "--merge-only", "--input", str(items), "--set",
+                 f"roles.captioner.base_url={closed}", f"roles.judge.base_url={closed}", "records_per_part=1"]) == 0
+    for name in ("corpus.jsonl", "manifest.json"):
+        assert (ranked / name).read_bytes() == (single / name).read_bytes(), name

@@ -14,7 +14,12 @@ from vlr_plugins._argtypes import at_least
 __all__ = ["add_cli"]
 
 _RUN_ONLY = ("input", "out", "set", "stages", "shard_index", "shard_count", "limit", "cache", "no_cache",
-             "no_merge", "engine", "ray_address", "ray_workers")
+             "no_merge", "engine", "ray_address", "ray_workers", "merge_only")
+
+
+def _given(value: Any) -> bool:
+    """An option given on the command line (``--shard-index 0`` is: ``0 in (None, False)`` is True)."""
+    return value is not None and value is not False and value != []
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -23,7 +28,7 @@ def _stats(args: argparse.Namespace) -> int:
 
     if args.corpus is None:
         raise UsageError("CORPUS", "expected the corpus folder (or .jsonl file) to audit: vlr generate stats OUT/")
-    given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if getattr(args, k) not in (None, False, [])
+    given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if _given(getattr(args, k))
              and not (k == "engine" and args.engine == "local")]
     if given:
         raise UsageError(given[0], "is an option of a generation run, not of `vlr generate stats`")
@@ -52,6 +57,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(args.corpus, "unexpected argument; a run takes its input from --input")
     if args.plot is not None or args.json is not None:
         raise UsageError("--plot" if args.plot is not None else "--json", "is an option of `vlr generate stats`")
+    if args.merge_only:
+        return _merge_only(args)
     if args.input is None or args.out is None:
         raise UsageError("--input" if args.input is None else "--out", "required for a generation run")
     if not os.path.isfile(args.input):
@@ -93,12 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {role} ({summary.get('model')}): {summary['requests']} requests, {summary['calls']} calls, "
               f"{summary['cache_hits']} cache hits, {summary['retries']} retries, {summary['failures']} failures")
     if result["complete"]:
-        manifest = result["manifest"]
-        failures = manifest["failures"]
-        print(f"complete: {manifest['records']} records; failures: "
-              + (", ".join(f"{k} {n}" for k, n in failures.items()) if failures else "none"))
-        print(f"corpus: {os.path.join(result['out'], manifest['corpus'].get('file') or manifest['corpus']['folder'])}")
-        print(f"manifest: {os.path.join(result['out'], 'manifest.json')}")
+        _print_complete(result)
     else:
         print("not complete: other shards or stages still to run (rerun with the same --out to go on)")
     failed = result.get("failed_records", 0)
@@ -109,6 +111,40 @@ def _run(args: argparse.Namespace) -> int:
               f"{first['error']}); they are in the corpus with their failures (`vlr generate stats "
               f"{result['out']}` counts them)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _print_complete(result: dict[str, Any]) -> None:
+    manifest = result["manifest"]
+    failures = manifest["failures"]
+    print(f"complete: {manifest['records']} records; failures: "
+          + (", ".join(f"{k} {n}" for k, n in failures.items()) if failures else "none"))
+    print(f"corpus: {os.path.join(result['out'], manifest['corpus'].get('file') or manifest['corpus']['folder'])}")
+    print(f"manifest: {os.path.join(result['out'], 'manifest.json')}")
+
+
+def _merge_only(args: argparse.Namespace) -> int:
+    """``--merge-only``: the corpus and manifest from the parts in --out; no model is asked."""
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.generate.pipeline import load_pipeline
+    from vlr_plugins.generate.runner import merge_parts
+
+    if args.out is None:
+        raise UsageError("--out", "required: the corpus folder whose parts --merge-only merges")
+    given = [f"--{k.replace('_', '-')}" for k in ("shard_index", "shard_count", "stages", "limit", "cache", "no_cache",
+                                                  "no_merge", "ray_address", "ray_workers")
+             if _given(getattr(args, k))]
+    if args.engine != "local":
+        given.insert(0, "--engine")
+    if given:
+        raise UsageError(given[0], "is an option of a generation run; --merge-only generates nothing: it merges "
+                                   "the parts already in --out (it takes the pipeline, --set, --out and --input)")
+    if args.input is not None and not os.path.isfile(args.input):
+        raise UsageError("--input", f"no such file: {args.input}")
+    pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
+    result = merge_parts(pipeline, args.out, input_path=args.input)
+    print(f"{result['out']}: merged {result['parts']} parts of every stage (no model asked)")
+    _print_complete(result)
     return 0
 
 
@@ -171,6 +207,9 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--cache", help="the answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--no-cache", action="store_true", help="keep no answer cache")
     s.add_argument("--no-merge", action="store_true", help="leave the corpus as parts (no corpus.jsonl)")
+    s.add_argument("--merge-only", action="store_true",
+                   help="generate nothing: write corpus.jsonl and manifest.json from the parts already in --out "
+                        "(every part of every stage must be there, written by this pipeline and --set)")
     s.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="ray: spread the parts over a Ray cluster (pip install 'vlr-plugins[ray]')")
     s.add_argument("--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a local one)")
