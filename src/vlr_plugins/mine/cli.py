@@ -228,10 +228,28 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
     return 0
 
 
+def _on_ray(args: argparse.Namespace) -> int:
+    """``--engine ray``: the shards run as Ray actors, each exactly a job-array task (the last
+    merges); each checks everything a shard checks (a refusal is raised here)."""
+    from vlr_plugins._ray import run_shards
+
+    if not os.path.isfile(args.input):
+        raise UsageError("INPUT", f"{args.input}: no such file")
+    _check_window(args)
+    if args.device.startswith("cuda:"):
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each actor its GPU)")
+    return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
+
+
 def cmd_mine(args: argparse.Namespace) -> int:
     from vlr_plugins.eval._cpu_blas import setting
 
     setting()  # VLR_CPU_BLAS
+    from vlr_plugins._ray import check_ray_options
+
+    check_ray_options(args)
+    if args.engine == "ray":
+        return _on_ray(args)
     check_shard_options(args)
     if not args.merge_only:
         from vlr_plugins._shards import local_rank, resolve_shard
@@ -259,6 +277,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
 def add_cli(sub: Any) -> None:
     """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
     from vlr_plugins._merge_claim import DEFAULT_CLAIM_TIMEOUT
+    from vlr_plugins._ray import add_ray_options
     from vlr_plugins._shards import add_shard_options
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
@@ -319,5 +338,6 @@ def add_cli(sub: Any) -> None:
                    help="a merge claim older than this is taken over even when its holder cannot be shown gone "
                         f"(another host); one whose pid ended on this host is taken over at once (default "
                         f"{DEFAULT_CLAIM_TIMEOUT:g})")
+    add_ray_options(s, "mining its range of the queries into its part")
     add_model_dtype_option(s, what="an mllm: --model")
     s.set_defaults(fn=cmd_mine)
