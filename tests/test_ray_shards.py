@@ -94,3 +94,39 @@ def test_mine_engine_ray_writes_the_single_process_corpus(tmp_path, local_ray):
     # a refusal in a shard is the driver's one error line: the same run again with another setting
     code, printed, err = mine("ray.jsonl", "--engine", "ray", "-k", "3")
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: --out") and "--num-negatives" in err, err
+
+
+def test_caption_engine_ray_writes_the_single_process_captions(tmp_path, local_ray, monkeypatch):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torchvision")
+    pytest.importorskip("av")
+    import torch
+    from _tiny_mllm import save_model_folder, tiny_qwen2vl
+    from _videos import write_video
+
+    model, processor = tiny_qwen2vl(seed=5)
+    folder = save_model_folder(tmp_path / "tiny-qwen2vl", model, processor)
+    (tmp_path / "videos").mkdir()
+    for i in range(3):
+        write_video(tmp_path / "videos" / f"v{i}", "ffv1", num_frames=8 + i)
+    (tmp_path / "tiny.yaml").write_text("prompt: Describe the video in detail.\n"
+                                        "video_input: {num_frames: 4, max_pixels: 3136}\n"
+                                        "generation: {max_new_tokens: 6, min_new_tokens: 6, do_sample: false}\n")
+
+    def caption(out, *more):
+        return run_vlr(["caption", "--model", folder, "--videos", "videos", "--settings", "tiny.yaml", "--out", out,
+                        "--no-progress", *more], cwd=tmp_path)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray task computes (OMP_NUM_THREADS=1)
+    try:
+        code, _, err = caption("one.jsonl")
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    code, printed, err = caption("ray.jsonl", "--engine", "ray", "--shard-count", "2")
+    assert code == 0, printed + err
+    assert "wrote 3 captions" in printed and err.count("done on Ray") == 2
+    for suffix in ("", ".settings.json"):
+        assert (tmp_path / f"ray.jsonl{suffix}").read_bytes() == (tmp_path / f"one.jsonl{suffix}").read_bytes()
+    assert not (tmp_path / ".ray.jsonl.shards").exists()

@@ -52,7 +52,7 @@ def init_ray(ray: Any, address: str | None) -> None:
 
 
 def default_workers(ray: Any, num_gpus: float) -> int:
-    """The actors the cluster holds: its GPUs // ``num_gpus`` when an actor takes GPUs, else its CPUs."""
+    """The workers the cluster holds: its GPUs // ``num_gpus`` when a worker takes GPUs, else its CPUs."""
     resources = ray.cluster_resources()
     return max(1, int(resources.get("GPU", 0) // num_gpus) if num_gpus else int(resources.get("CPU", 1)))
 
@@ -62,12 +62,12 @@ def add_ray_options(parser: argparse.ArgumentParser, what: str) -> None:
     from vlr_plugins._argtypes import positive_int
 
     parser.add_argument("--engine", choices=["local", "ray"], default="local",
-                        help=f"ray: run the shards as Ray actors, each {what}, then merge them as a job array's are "
+                        help=f"ray: run the shards as Ray tasks, each {what}, then merge them as a job array's are "
                              "(pip install 'vlr-plugins[ray]'; --shard-count N shards, default one per worker)")
     parser.add_argument("--ray-address", help="with --engine ray: the cluster to join (default: RAY_ADDRESS, else a "
                                               "local Ray)")
     parser.add_argument("--ray-workers", type=positive_int,
-                        help="with --engine ray: the actors run at once (default: the cluster's GPUs with --device "
+                        help="with --engine ray: the tasks run at once (default: the cluster's GPUs with --device "
                              "cuda, else its CPUs)")
 
 

@@ -117,7 +117,7 @@ CASES = {
     "ray-workers-zero": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--ray-workers", "0"], ["--ray-workers"],
                          "out.jsonl"),
     "ray-device-index": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--device", "cuda:1"],
-                         ["--device", "cuda:1", "Ray gives each actor its GPU"], "out.jsonl"),
+                         ["--device", "cuda:1", "Ray gives each task its GPU"], "out.jsonl"),
     "ray-input-missing": (["paragraph", "{t}/nope.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl", "--engine",
                            "ray"], ["INPUT", "nope.jsonl"], "out.jsonl"),
     "ray-range-max-below-min": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--range-min", "3", "--range-max",

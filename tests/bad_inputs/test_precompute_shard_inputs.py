@@ -100,7 +100,7 @@ CASES = [
      ["--ray-address", "--engine ray"]),
     ("ray: no workers", {}, _shard(None, None, "--engine", "ray", "--ray-workers", "0"), ["--ray-workers"]),
     ("ray: a device index", {}, _shard(None, None, "--engine", "ray", "--device", "cuda:1"),
-     ["--device", "cuda:1", "Ray gives each actor its GPU"]),
+     ["--device", "cuda:1", "Ray gives each task its GPU"]),
     ("ray: no encoder", {}, ["precompute", "--images", "{images}", "--out", "{tmp}/store", "--engine", "ray"],
      ["--encoder"]),
 ]

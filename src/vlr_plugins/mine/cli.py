@@ -229,7 +229,7 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
 
 
 def _on_ray(args: argparse.Namespace) -> int:
-    """``--engine ray``: the shards run as Ray actors, each exactly a job-array task (the last
+    """``--engine ray``: the shards run as Ray tasks, each exactly a job-array task (the last
     merges); each checks everything a shard checks (a refusal is raised here)."""
     from vlr_plugins._ray import run_shards
 
@@ -237,7 +237,7 @@ def _on_ray(args: argparse.Namespace) -> int:
         raise UsageError("INPUT", f"{args.input}: no such file")
     _check_window(args)
     if args.device.startswith("cuda:"):
-        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each actor its GPU)")
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each task its GPU)")
     return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
 
 

@@ -148,11 +148,11 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
 
 def _on_ray(args: argparse.Namespace) -> int:
-    """``--engine ray``: the shards run as Ray actors, each exactly a job-array task (the last merges)."""
+    """``--engine ray``: the shards run as Ray tasks, each exactly a job-array task (the last merges)."""
     from vlr_plugins._ray import run_shards
 
     if args.device.startswith("cuda:"):
-        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each actor its GPU)")
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each task its GPU)")
     return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
 
 
@@ -208,7 +208,7 @@ def add_cli(sub: Any) -> None:
                     "torchrun each rank by itself, encodes a contiguous share of the items (whole batches) into\n"
                     "its part in .OUT.shards/, resumably (--resume); the last shard to finish merges the parts\n"
                     "into OUT, byte for byte the store one process writes; --merge-only --out OUT merges them.\n"
-                    "--engine ray runs the same shards as Ray actors (--shard-count N, default one per worker).")
+                    "--engine ray runs the same shards as Ray tasks (--shard-count N, default one per worker).")
     source = s.add_mutually_exclusive_group()
     source.add_argument("--images", help="a folder, or a .txt / .jsonl list of images")
     source.add_argument("--videos", help="a folder, or a .txt / .jsonl list of videos")
