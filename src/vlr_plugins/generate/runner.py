@@ -442,10 +442,10 @@ def merge_parts(pipeline: Pipeline | str | os.PathLike[str], out: str | os.PathL
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataFormatError(folder.run_file, f"cannot read the run of {out}: {e}") from None
     if fingerprint != pipeline.fingerprint():
+        now = pipeline.fingerprint()
         raise UsageError("PIPELINE", f"{pipeline.name} (with --set) is not the pipeline that wrote the parts in {out} "
-                                     f"(fingerprint {fingerprint:.12} in {folder.run_file}, {pipeline.fingerprint():.12} "
-                                     "now): give the pipeline and --set of that run (prompts, models, sampling, seed, "
-                                     "part size)")
+                                     f"(fingerprint {fingerprint:.12} in {folder.run_file}, {now:.12} now): give "
+                                     "the pipeline and --set of that run (prompts, models, sampling, seed, part size)")
     if input_path is not None and _file_sha256(input_path) != run["input"].get("sha256"):
         raise UsageError("--input", f"{input_path} is not the input the parts in {out} were generated from "
                                     f"(SHA-256 {run['input'].get('sha256')!s:.12} in {folder.run_file})")

@@ -298,10 +298,11 @@ def add_cli(sub: Any) -> None:
                     "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
                     "(sentence-transformers' mine_hard_negatives); --margin M: a negative scores at least M\n"
                     "below every positive of its query (a guard against false negatives).\n"
-                    "--shard-index I --shard-count N (a job array), or under torchrun each rank by itself: mine a contiguous range of the queries\n"
-                    "against the whole gallery into a part beside --out; a rerun redoes only missing parts;\n"
-                    "the last shard to finish (or --merge-only) writes --out; a task run again after that (a\n"
-                    "requeue) finds --out written by the same run and does nothing.")
+                    "--shard-index I --shard-count N (a job array), or under torchrun each rank by itself:\n"
+                    "mine a contiguous range of the queries against the whole gallery into a part beside\n"
+                    "--out; a rerun redoes only missing parts; the last shard to finish (or --merge-only)\n"
+                    "writes --out; a task run again after that (a requeue) finds --out written by the same\n"
+                    "run and does nothing. --engine ray runs the same shards as Ray tasks.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,
@@ -331,7 +332,9 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--batch-size", type=positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     add_shard_options(s, "mines a contiguous range of the queries against the whole gallery into a part beside "
-                         "--out; under torchrun each rank takes its shard by itself", count_help="the processes of the job array",
+                         "--out; under torchrun each rank takes its shard by itself",
+                      count_help="the processes of the job array (with --engine ray: the shards, default one per "
+                                 "worker)",
                       merge_help="write --out from the parts of a sharded run (the last shard to finish does it "
                                  "itself)")
     s.add_argument("--claim-timeout", type=at_least(0.0, float), default=DEFAULT_CLAIM_TIMEOUT, metavar="SECONDS",
