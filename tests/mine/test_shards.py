@@ -312,3 +312,26 @@ def test_torchrun_ranks_take_their_shards_and_give_the_single_process_corpus(tmp
     record = json.loads(run_record_of(out).read_text())
     assert record["manifest"]["settings"]["shard_count"] == 2
     assert "shard 0 of 2" in done.stdout and "shard 1 of 2" in done.stdout
+
+
+def test_a_shard_that_finds_the_parts_merged_meanwhile_knows_it_was_this_run(tmp_path):
+    """Two ranks finishing at once: the one that lost the merge finds the work folder gone; it is
+    this run's merge only when the run record beside --out holds this run's manifest."""
+    from vlr_plugins.cli import build_parser
+    from vlr_plugins.mine.shards import open_shards
+
+    paragraph_corpus(tmp_path / "train.jsonl")
+    out = tmp_path / "sharded.jsonl"
+    for i in range(2):
+        assert mine(tmp_path, "paragraph", out, "--shard-index", str(i), "--shard-count", "2")[0] == 0
+
+    def run_of(*more):
+        args = build_parser().parse_args(["mine", "paragraph", str(tmp_path / "train.jsonl"), "--model", MODEL,
+                                          "--out", str(out), "-k", "3", "--shard-index", "1", "--shard-count", "2",
+                                          *more])
+        return open_shards(args, 14)
+
+    assert run_of().merged_already(out)
+    assert not run_of("-k", "2").merged_already(out)  # another run's record: not merged by a shard of this one
+    run_record_of(out).unlink()
+    assert not run_of().merged_already(out)
