@@ -74,6 +74,15 @@ CASES = [
     ("merge: with a shard index", {}, [*_MERGE, "--shard-index", "0"], ["--shard-index", "--merge-only"]),
     ("merge: with a model", {}, [*_MERGE, "--model", "x"], ["--model", "--merge-only"]),
     ("no --model", {}, ["caption", "--videos", "{tmp}/videos", "--out", "{tmp}/caps.jsonl"], ["--model"]),
+    ("ray: with a shard index", {}, _caption("--engine", "ray", "--shard-index", "0", "--shard-count", "2"),
+     ["--shard-index", "--engine ray"]),
+    ("ray: with --merge-only", {}, [*_MERGE, "--engine", "ray"], ["--merge-only", "drop --engine ray"]),
+    ("ray: workers without --engine ray", {}, _caption("--ray-workers", "2"), ["--ray-workers", "--engine ray"]),
+    ("ray: no workers", {}, _caption("--engine", "ray", "--ray-workers", "0"), ["--ray-workers"]),
+    ("ray: a device index", {}, _caption("--engine", "ray", "--device", "cuda:1"),
+     ["--device", "cuda:1", "Ray gives each task its GPU"]),
+    ("ray: no --model", {}, ["caption", "--videos", "{tmp}/videos", "--out", "{tmp}/caps.jsonl", "--engine", "ray"],
+     ["--model"]),
 ]
 
 
@@ -108,6 +117,8 @@ def test_sharded_caption_refuses(files, argv, where, tmp_path, monkeypatch):
     pytest.param({"RANK": "2", "WORLD_SIZE": "2"}, _caption(), ["RANK", "0 .. 1", "found 2"],
                  id="torchrun rank outside the world"),
     pytest.param({"RANK": "one", "WORLD_SIZE": "2"}, _caption(), ["RANK", "'one'"], id="torchrun rank not a number"),
+    pytest.param({"RANK": "0", "WORLD_SIZE": "2"}, _caption("--engine", "ray"), ["--engine", "torchrun", "once"],
+                 id="torchrun and --engine ray"),
 ])
 def test_torchrun_ranks_that_disagree_are_refused(env, argv, where, tmp_path, monkeypatch):
     _refuse(tmp_path, monkeypatch, {}, argv, where, env)

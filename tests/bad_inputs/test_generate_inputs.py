@@ -103,6 +103,8 @@ CASES = {
                            ["--no-cache", "--cache"]),
     "ray-and-shards": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-count", "2", *FAST],
                        ["--shard-count", "ray"]),
+    "ray-and-shard-index": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--shard-index", "1", *FAST],
+                            ["--shard-index", "ray"]),
     "ray-workers-zero": (lambda t, i: ["paragraph", "--input", i, "--engine", "ray", "--ray-workers", "0", *FAST],
                          ["--ray-workers"]),
     "stats-without-corpus": (lambda t, i: ["stats"], ["CORPUS"]),
@@ -127,6 +129,28 @@ def test_generate_refuses_bad_input_before_asking_a_model(world, case):
     if argv[1] != "stats" and "--out" not in argv:
         argv += ["--out", out]
     assert_refused(argv, *where, leaves=[out, tmp_path / "a.txt"], cwd=tmp_path)
+
+
+TORCHRUN_CASES = {
+    "torchrun-rank-and-shard-options-disagree": ({"RANK": "1", "WORLD_SIZE": "2"}, ["--shard-index", "0",
+                                                 "--shard-count", "2"], ["--shard-index", "rank 1 of 2", "torchrun"]),
+    "torchrun-rank-and-one-shard-option": ({"RANK": "1", "WORLD_SIZE": "2"}, ["--shard-count", "2"],
+                                           ["--shard-index", "0 of --shard-count 2", "rank 1 of 2"]),
+    "torchrun-rank-outside-the-world": ({"RANK": "2", "WORLD_SIZE": "2"}, [], ["RANK", "0 .. 1", "found 2"]),
+    "torchrun-and-ray": ({"RANK": "0", "WORLD_SIZE": "2"}, ["--engine", "ray"], ["--engine", "torchrun", "once"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCHRUN_CASES))
+def test_generate_under_torchrun_refuses_a_rank_that_disagrees(world, monkeypatch, case):
+    tmp_path, items = world
+    env, options, where = TORCHRUN_CASES[case]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "corpus"
+    assert_refused(["generate", "paragraph", "--input", items, "--out", out, *options, *FAST], *where, leaves=[out])
 
 
 def test_no_api_key_is_refused_naming_the_variable(world, monkeypatch):
@@ -188,3 +212,95 @@ def test_a_run_that_generates_nothing_is_an_error_and_leaves_no_corpus(world, ca
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
     assert left == (["llm-cache.sqlite"] if answered else []), shown
     assert ("llm-cache.sqlite" in errors[0]) == answered
+
+
+# ---------------------------------------------------------------- --merge-only: the parts a run left
+
+@pytest.fixture(scope="module")
+def parts_only(tmp_path_factory):
+    """A 2-record paragraph run (one record a part), its corpus.jsonl and manifest.json removed:
+    every part of every stage there, none merged (a job array whose last task was killed)."""
+    from _scripted_models import ParagraphModels, write_images
+
+    from vlr_plugins.generate.pipeline import load_pipeline
+    from vlr_plugins.generate.runner import generate_corpus
+
+    root = tmp_path_factory.mktemp("parts")
+    records = write_images(root / "images", ["a red bus", "two cats"])
+    items = _write(root / "images" / "items.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    with pytest.MonkeyPatch.context() as mp, FakeOpenAI(ParagraphModels(glitches=False)) as server:
+        mp.setenv("OPENAI_API_KEY", "EMPTY")
+        role = {"base_url": server.url, "backoff": 0.01, "max_backoff": 0.02}
+        pipeline = load_pipeline("paragraph", {"roles": {"captioner": role, "judge": role}, "records_per_part": 1})
+        assert generate_corpus(pipeline, items, root / "corpus", cache=None)["complete"]
+    for name in ("corpus.jsonl", "manifest.json"):
+        (root / "corpus" / name).unlink()
+    return root
+
+
+def _drop_line(path):
+    path.write_text("", encoding="utf-8")
+
+
+def _other_model(path):
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["generated_by"]["paragraph"] = "another-model"
+    _write(path, json.dumps(record) + "\n")
+
+
+def _swap_parts(a, b):
+    def swap(root):
+        pa, pb = root / a, root / b
+        ta, tb = pa.read_bytes(), pb.read_bytes()
+        pa.write_bytes(tb)
+        pb.write_bytes(ta)
+    return swap
+
+
+MERGE = ["paragraph", "--out", "{c}", "--merge-only", "--set", "records_per_part=1"]
+MERGE_CASES = {
+    "merge-only-nothing-there": (None, ["paragraph", "--out", "{t}/nowhere", "--merge-only"],
+                                 ["--merge-only", "nothing to merge", "run.json"]),
+    "merge-only-without-out": (None, ["paragraph", "--merge-only"], ["--out"]),
+    "merge-only-part-missing": (lambda c: (c / "stages/score-2/part-000001.jsonl").unlink(), MERGE,
+                                ["--merge-only", "1 of 12 parts are missing", "stages/score-2/part-000001.jsonl"]),
+    "merge-only-parts-missing": (lambda c: [p.unlink() for p in (c / "stages").glob("score-*/part-000000.jsonl")],
+                                 MERGE, ["3 of 12 parts", "stages/score-1/part-000000.jsonl",
+                                         "stages/score-3/part-000000.jsonl"]),
+    "merge-only-other-pipeline": (None, [*MERGE, "prompts.paragraph.sampling.temperature=0.3"],
+                                  ["PIPELINE", "not the pipeline that wrote the parts", "fingerprint"]),
+    "merge-only-other-part-size": (None, MERGE[:-1] + ["records_per_part=2"], ["PIPELINE", "part size"]),
+    "merge-only-other-input": (None, [*MERGE[:4], "--input", "{t}/items.jsonl", *MERGE[4:]],
+                               ["--input", "items.jsonl", "not the input"]),
+    "merge-only-part-of-another-model": (lambda c: _other_model(c / "stages/texts/part-000001.jsonl"), MERGE,
+                                         ["stages/texts/part-000001.jsonl", "line 1", "generated_by",
+                                          "'another-model'", "another run"]),
+    "merge-only-part-of-another-size": (lambda c: _drop_line(c / "stages/score-1/part-000000.jsonl"), MERGE,
+                                        ["stages/score-1/part-000000.jsonl", "holds 0 records", "holds 1"]),
+    "merge-only-parts-swapped": (_swap_parts("stages/score-3/part-000000.jsonl", "stages/score-3/part-000001.jsonl"),
+                                 MERGE, ["stages/score-3/part-000000.jsonl", "field 'id'", "stage before"]),
+    "merge-only-run-file-corrupt": (lambda c: _write(c / "run.json", "{not json"), MERGE,
+                                    ["run.json", "cannot read the run"]),
+    "merge-only-with-shard-index": (None, [*MERGE[:4], "--shard-index", "0", *MERGE[4:]],
+                                    ["--shard-index", "--merge-only generates nothing"]),
+    "merge-only-with-stages": (None, [*MERGE[:4], "--stages", "texts", *MERGE[4:]], ["--stages", "--merge-only"]),
+    "merge-only-with-engine-ray": (None, [*MERGE[:4], "--engine", "ray", *MERGE[4:]], ["--engine", "--merge-only"]),
+    "merge-only-with-no-merge": (None, [*MERGE[:4], "--no-merge", *MERGE[4:]], ["--no-merge", "--merge-only"]),
+    "stats-with-merge-only": (None, ["stats", "{c}", "--merge-only"], ["--merge-only", "stats"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MERGE_CASES))
+def test_merge_only_refuses_and_writes_nothing(parts_only, tmp_path, case):
+    from _refusal import tree
+
+    edit, argv, where = MERGE_CASES[case]
+    corpus = tmp_path / "corpus"
+    shutil.copytree(parts_only / "corpus", corpus)
+    _write(tmp_path / "items.jsonl", json.dumps({"id": "9", "image": "a.png", "caption": "another"}) + "\n")
+    if edit is not None:
+        edit(corpus)
+    before = tree(tmp_path)
+    argv = ["generate", *[a.replace("{c}", str(corpus)).replace("{t}", str(tmp_path)) for a in argv]]
+    assert_refused(argv, *where, leaves=[corpus / "corpus.jsonl", corpus / "manifest.json", tmp_path / "nowhere"])
+    assert tree(tmp_path) == before, "the folder changed"

@@ -106,6 +106,22 @@ CASES = {
                                ["--claim-timeout"], "out.jsonl"),
     "merge-only-with-index": ([*P, "--out", "{t}/out.jsonl", "--merge-only", "--shard-index", "0"],
                               ["--shard-index", "--merge-only"], "out.jsonl"),
+    "ray-with-shard-index": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--shard-index", "0", "--shard-count",
+                              "2"], ["--shard-index", "--engine ray", "--shard-count N"], "out.jsonl"),
+    "ray-with-merge-only": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--merge-only"],
+                            ["--merge-only", "drop --engine ray"], "out.jsonl"),
+    "ray-workers-without-ray": ([*P, "--out", "{t}/out.jsonl", "--ray-workers", "2"],
+                                ["--ray-workers", "--engine ray"], "out.jsonl"),
+    "ray-address-without-ray": ([*P, "--out", "{t}/out.jsonl", "--ray-address", "auto"],
+                                ["--ray-address", "--engine ray"], "out.jsonl"),
+    "ray-workers-zero": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--ray-workers", "0"], ["--ray-workers"],
+                         "out.jsonl"),
+    "ray-device-index": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--device", "cuda:1"],
+                         ["--device", "cuda:1", "Ray gives each task its GPU"], "out.jsonl"),
+    "ray-input-missing": (["paragraph", "{t}/nope.jsonl", "--model", MODEL, "--out", "{t}/out.jsonl", "--engine",
+                           "ray"], ["INPUT", "nope.jsonl"], "out.jsonl"),
+    "ray-range-max-below-min": ([*P, "--out", "{t}/out.jsonl", "--engine", "ray", "--range-min", "3", "--range-max",
+                                 "2"], ["--range-max", "--range-min"], "out.jsonl"),
     "merge-only-nothing-to-merge": ([*P, "--out", "{t}/out.jsonl", "--merge-only"],
                                     ["--merge-only", ".out.jsonl.parts", "does not exist"], "out.jsonl"),
     "shard-with-bad-model": ([*P[:3], "no_such_module:Model", "--out", "{t}/out.jsonl", "--shard-index", "0",
@@ -239,3 +255,27 @@ def test_mine_refuses_a_sharded_state(tmp_path, case):
         where = [*where, f"pid {os.getppid()}"]
     assert_refused(argv, *where, leaves=[] if case.startswith("merge") else [tmp_path / ".out.jsonl.parts"])
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+# ---------------------------------------------------------------- under torchrun (RANK / WORLD_SIZE)
+
+TORCHRUN_CASES = {
+    "torchrun-rank-and-shard-options-disagree": ({"RANK": "1", "WORLD_SIZE": "2"},
+                                                 [*S, "--shard-index", "0", "--shard-count", "2"],
+                                                 ["--shard-index", "rank 1 of 2", "torchrun"]),
+    "torchrun-rank-outside-the-world": ({"RANK": "2", "WORLD_SIZE": "2"}, S, ["RANK", "0 .. 1", "found 2"]),
+    "torchrun-and-ray": ({"RANK": "0", "WORLD_SIZE": "2"}, [*S, "--engine", "ray"], ["--engine", "torchrun", "once"]),
+    "torchrun-world-size-not-a-number": ({"RANK": "0", "WORLD_SIZE": "two"}, S, ["WORLD_SIZE", "'two'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCHRUN_CASES))
+def test_mine_under_torchrun_refuses_a_rank_that_disagrees(tmp_path, monkeypatch, case):
+    corpus(tmp_path)
+    env, argv, where = TORCHRUN_CASES[case]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
+    assert_refused(argv, *where, leaves=[tmp_path / "out.jsonl", tmp_path / ".out.jsonl.parts"])

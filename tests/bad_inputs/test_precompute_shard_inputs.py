@@ -92,6 +92,17 @@ CASES = [
      ["--shard-count", "3", "2 shards"]),
     ("merge: with a shard index", {}, [*_MERGE, "--shard-index", "0"], ["--shard-index", "--merge-only"]),
     ("merge: with an encoder", {}, [*_MERGE, "--encoder", "enc:MeanColor"], ["--encoder", "--merge-only"]),
+    ("ray: with a shard index", {}, _shard(0, 2, "--engine", "ray"), ["--shard-index", "--engine ray"]),
+    ("ray: with --merge-only", {}, [*_MERGE, "--engine", "ray"], ["--merge-only", "drop --engine ray"]),
+    ("ray: workers without --engine ray", {}, _shard(None, None, "--ray-workers", "2"),
+     ["--ray-workers", "--engine ray"]),
+    ("ray: an address without --engine ray", {}, _shard(None, None, "--ray-address", "auto"),
+     ["--ray-address", "--engine ray"]),
+    ("ray: no workers", {}, _shard(None, None, "--engine", "ray", "--ray-workers", "0"), ["--ray-workers"]),
+    ("ray: a device index", {}, _shard(None, None, "--engine", "ray", "--device", "cuda:1"),
+     ["--device", "cuda:1", "Ray gives each task its GPU"]),
+    ("ray: no encoder", {}, ["precompute", "--images", "{images}", "--out", "{tmp}/store", "--engine", "ray"],
+     ["--encoder"]),
 ]
 
 
@@ -121,6 +132,8 @@ def test_sharded_precompute_refuses(files, argv, where, tmp_path, images, monkey
                  id="torchrun rank outside the world"),
     pytest.param({"RANK": "one", "WORLD_SIZE": "2"}, _shard(None, None), ["RANK", "'one'"],
                  id="torchrun rank not a number"),
+    pytest.param({"RANK": "0", "WORLD_SIZE": "2"}, _shard(None, None, "--engine", "ray"),
+                 ["--engine", "torchrun", "once"], id="torchrun and --engine ray"),
 ])
 def test_torchrun_ranks_that_disagree_are_refused(env, argv, where, tmp_path, images, monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):

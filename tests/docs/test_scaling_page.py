@@ -235,13 +235,14 @@ def test_the_page_covers_every_command_in_every_way_it_scales(commands):
 
     sharded = {"precompute", "caption", "generate", "mine"}
     assert sharded <= verbs(lambda c: "--shard-index" in c.argv and "--shard-count" in c.argv)
-    assert {"precompute", "caption", "mine"} <= verbs(lambda c: "--merge-only" in c.argv)
-    assert {"precompute", "caption", "train", "openclip-train"} <= verbs(lambda c: c.launcher == "torchrun")
+    assert {"precompute", "caption", "mine", "generate"} <= verbs(lambda c: "--merge-only" in c.argv)
+    assert {"precompute", "caption", "mine", "generate", "train", "openclip-train"} <= verbs(
+        lambda c: c.launcher == "torchrun")
     multi_node = [c for c in commands if c.launcher == "torchrun" and "--nnodes" in c.source]
     assert {"precompute", "train", "openclip-train"} <= {c.verb for c in multi_node}
     assert all("--rdzv-endpoint" in c.source and "--node-rank" in c.source for c in multi_node)
-    assert "generate" in verbs(lambda c: c.argv[c.argv.index("--engine") + 1] == "ray" if "--engine" in c.argv
-                               else False)
+    assert {"generate", "precompute", "mine", "caption"} <= verbs(
+        lambda c: c.argv[c.argv.index("--engine") + 1] == "ray" if "--engine" in c.argv else False)
     local = verbs(lambda c: c.launcher == "torchrun" and "--standalone" in c.source)
     assert {"precompute", "train", "openclip-train"} <= local  # CPU gloo variants one can run on a laptop
     text = DOC.read_text(encoding="utf-8")

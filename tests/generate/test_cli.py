@@ -111,3 +111,50 @@ def test_a_run_with_failed_records_exits_1_naming_how_many(tmp_path, monkeypatch
     with FakeOpenAI(ParagraphModels(glitches=False)) as server:
         assert main(["generate", "paragraph", "--input", str(items), "--out", str(out), "--set",
                      f"roles.captioner.base_url={server.url}", f"roles.judge.base_url={server.url}"]) == 0
+
+
+def test_torchrun_ranks_take_their_shards_and_merge_the_single_process_corpus(tmp_path, monkeypatch):
+    """A real ``torchrun --standalone --nproc-per-node 2``, no shard options: rank ``r`` writes the
+    parts ``k % 2 == r`` (worker r of 2), and the corpus, manifest and every part are the bytes
+    one process writes."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+    from _torchrun import cpu_env
+
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+    records = write_images(tmp_path / "images", ["a red bus", "two cats", "a bowl of soup"])
+    items = tmp_path / "images" / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    def argv(url, out):
+        return ["generate", "paragraph", "--input", str(items), "--out", str(out), "--no-cache", "--set",
+                f"roles.captioner.base_url={url}", f"roles.judge.base_url={url}", "records_per_part=1"]
+
+    env = {k: v for k, v in cpu_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    with FakeOpenAI(ParagraphModels(glitches=False)) as server:  # one server: the URL is in run.json, manifest
+        assert main(argv(server.url, tmp_path / "single")) == 0
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                               "-m", "vlr_plugins.cli", *argv(server.url, tmp_path / "ranked")],
+                              capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    single, ranked = tmp_path / "single", tmp_path / "ranked"
+    assert sorted(p.name for p in (ranked / "progress").iterdir()) == ["worker-00000-of-00002.json",
+                                                                       "worker-00001-of-00002.json"]
+    assert json.loads((ranked / "progress" / "worker-00001-of-00002.json").read_text())["parts_owned"] == 1
+    files = sorted(str(p.relative_to(single)) for p in single.rglob("*") if p.is_file() and "progress" not in p.parts)
+    assert "corpus.jsonl" in files and "manifest.json" in files and len(files) > 8
+    for name in files:
+        assert (ranked / name).read_bytes() == (single / name).read_bytes(), name
+    assert "complete: 3 records" in done.stdout
+
+    # --merge-only writes the same corpus and manifest from the parts alone, asking no model
+    for name in ("corpus.jsonl", "manifest.json"):
+        (ranked / name).unlink()
+    closed = "http://127.0.0.1:9/v1"  # endpoints are not part of the run: any may be given
+    assert main(["generate", "paragraph", "--out", str(ranked), "--merge-only", "--input", str(items), "--set",
+                 f"roles.captioner.base_url={closed}", f"roles.judge.base_url={closed}", "records_per_part=1"]) == 0
+    for name in ("corpus.jsonl", "manifest.json"):
+        assert (ranked / name).read_bytes() == (single / name).read_bytes(), name

@@ -288,3 +288,50 @@ def test_an_mvc_view_spelled_out_is_the_same_run(tmp_path):
     code, _, stderr = mine(tmp_path, "mvc", tmp_path / "other.jsonl", "--shard-index", "1", "--shard-count", "2",
                            "--pool", "detailed")
     assert code == 2 and "error: --pool:" in stderr and "shards already written" in stderr, stderr
+
+
+def test_torchrun_ranks_take_their_shards_and_give_the_single_process_corpus(tmp_path):
+    """A real ``torchrun --standalone --nproc-per-node 2``: no shard options, each rank mines its
+    shard by RANK / WORLD_SIZE, and whichever finishes last merges the single-process bytes."""
+    pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+    from _torchrun import cpu_env
+
+    want = single(tmp_path, "paragraph")
+    out = tmp_path / "ranked.jsonl"
+    env = cpu_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.path.dirname(__file__) + "/../_support"])
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+            "vlr_plugins.cli", "mine", "paragraph", str(tmp_path / "train.jsonl"), "--model", MODEL, "--out", str(out),
+            "-k", "3"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert out.read_bytes() == want
+    assert not work_dir_of(out).exists() and run_record_of(out).is_file()
+    record = json.loads(run_record_of(out).read_text())
+    assert record["manifest"]["settings"]["shard_count"] == 2
+    assert "shard 0 of 2" in done.stdout and "shard 1 of 2" in done.stdout
+
+
+def test_a_shard_that_finds_the_parts_merged_meanwhile_knows_it_was_this_run(tmp_path):
+    """Two ranks finishing at once: the one that lost the merge finds the work folder gone; it is
+    this run's merge only when the run record beside --out holds this run's manifest."""
+    from vlr_plugins.cli import build_parser
+    from vlr_plugins.mine.shards import open_shards
+
+    paragraph_corpus(tmp_path / "train.jsonl")
+    out = tmp_path / "sharded.jsonl"
+    for i in range(2):
+        assert mine(tmp_path, "paragraph", out, "--shard-index", str(i), "--shard-count", "2")[0] == 0
+
+    def run_of(*more):
+        args = build_parser().parse_args(["mine", "paragraph", str(tmp_path / "train.jsonl"), "--model", MODEL,
+                                          "--out", str(out), "-k", "3", "--shard-index", "1", "--shard-count", "2",
+                                          *more])
+        return open_shards(args, 14)
+
+    assert run_of().merged_already(out)
+    assert not run_of("-k", "2").merged_already(out)  # another run's record: not merged by a shard of this one
+    run_record_of(out).unlink()
+    assert not run_of().merged_already(out)

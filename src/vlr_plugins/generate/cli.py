@@ -14,7 +14,12 @@ from vlr_plugins._argtypes import at_least
 __all__ = ["add_cli"]
 
 _RUN_ONLY = ("input", "out", "set", "stages", "shard_index", "shard_count", "limit", "cache", "no_cache",
-             "no_merge", "engine", "ray_address", "ray_workers")
+             "no_merge", "engine", "ray_address", "ray_workers", "merge_only")
+
+
+def _given(value: Any) -> bool:
+    """An option given on the command line (``--shard-index 0`` is: ``0 in (None, False)`` is True)."""
+    return value is not None and value is not False and value != []
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -23,8 +28,8 @@ def _stats(args: argparse.Namespace) -> int:
 
     if args.corpus is None:
         raise UsageError("CORPUS", "expected the corpus folder (or .jsonl file) to audit: vlr generate stats OUT/")
-    given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if getattr(args, k) not in (None, False, [])
-             and not (k == "shard_count" and args.shard_count == 1) and not (k == "engine" and args.engine == "local")]
+    given = [f"--{k.replace('_', '-')}" for k in _RUN_ONLY if _given(getattr(args, k))
+             and not (k == "engine" and args.engine == "local")]
     if given:
         raise UsageError(given[0], "is an option of a generation run, not of `vlr generate stats`")
     if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".pdf", ".svg"):
@@ -52,18 +57,15 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(args.corpus, "unexpected argument; a run takes its input from --input")
     if args.plot is not None or args.json is not None:
         raise UsageError("--plot" if args.plot is not None else "--json", "is an option of `vlr generate stats`")
+    if args.merge_only:
+        return _merge_only(args)
     if args.input is None or args.out is None:
         raise UsageError("--input" if args.input is None else "--out", "required for a generation run")
     if not os.path.isfile(args.input):
         raise UsageError("--input", f"no such file: {args.input}")
-    if args.shard_index >= args.shard_count:
-        raise UsageError("--shard-index", f"expected 0 .. {args.shard_count - 1} (--shard-count "
-                                          f"{args.shard_count}), found {args.shard_index}")
     if args.cache is not None and args.no_cache:
         raise UsageError("--no-cache", "contradicts --cache")
-    if args.engine == "ray" and args.shard_count != 1:
-        raise UsageError("--shard-count", "a job-array shard and --engine ray do not mix: Ray spreads the parts "
-                                          "over the cluster itself")
+    shard_index, shard_count = _shard(args)
     check_output_dir(args.out, "--out")
     pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
     stages = None
@@ -90,20 +92,15 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from vlr_plugins.generate.runner import generate_corpus
 
-        result = generate_corpus(pipeline, args.input, args.out, stages=stages, shard_index=args.shard_index,
-                                 shard_count=args.shard_count, cache=cache, merge=not args.no_merge,
+        result = generate_corpus(pipeline, args.input, args.out, stages=stages, shard_index=shard_index,
+                                 shard_count=shard_count, cache=cache, merge=not args.no_merge,
                                  limit=args.limit, report=report)
     print(f"{result['out']}: {result['parts_run']} parts run, {result['records_per_s']:.2f} records/s")
     for role, summary in result["backends"].items():
         print(f"  {role} ({summary.get('model')}): {summary['requests']} requests, {summary['calls']} calls, "
               f"{summary['cache_hits']} cache hits, {summary['retries']} retries, {summary['failures']} failures")
     if result["complete"]:
-        manifest = result["manifest"]
-        failures = manifest["failures"]
-        print(f"complete: {manifest['records']} records; failures: "
-              + (", ".join(f"{k} {n}" for k, n in failures.items()) if failures else "none"))
-        print(f"corpus: {os.path.join(result['out'], manifest['corpus'].get('file') or manifest['corpus']['folder'])}")
-        print(f"manifest: {os.path.join(result['out'], 'manifest.json')}")
+        _print_complete(result)
     else:
         print("not complete: other shards or stages still to run (rerun with the same --out to go on)")
     failed = result.get("failed_records", 0)
@@ -115,6 +112,64 @@ def _run(args: argparse.Namespace) -> int:
               f"{result['out']}` counts them)", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_complete(result: dict[str, Any]) -> None:
+    manifest = result["manifest"]
+    failures = manifest["failures"]
+    print(f"complete: {manifest['records']} records; failures: "
+          + (", ".join(f"{k} {n}" for k, n in failures.items()) if failures else "none"))
+    print(f"corpus: {os.path.join(result['out'], manifest['corpus'].get('file') or manifest['corpus']['folder'])}")
+    print(f"manifest: {os.path.join(result['out'], 'manifest.json')}")
+
+
+def _merge_only(args: argparse.Namespace) -> int:
+    """``--merge-only``: the corpus and manifest from the parts in --out; no model is asked."""
+    from vlr_plugins.errors import UsageError
+    from vlr_plugins.generate.pipeline import load_pipeline
+    from vlr_plugins.generate.runner import merge_parts
+
+    if args.out is None:
+        raise UsageError("--out", "required: the corpus folder whose parts --merge-only merges")
+    given = [f"--{k.replace('_', '-')}" for k in ("shard_index", "shard_count", "stages", "limit", "cache", "no_cache",
+                                                  "no_merge", "ray_address", "ray_workers")
+             if _given(getattr(args, k))]
+    if args.engine != "local":
+        given.insert(0, "--engine")
+    if given:
+        raise UsageError(given[0], "is an option of a generation run; --merge-only generates nothing: it merges "
+                                   "the parts already in --out (it takes the pipeline, --set, --out and --input)")
+    if args.input is not None and not os.path.isfile(args.input):
+        raise UsageError("--input", f"no such file: {args.input}")
+    pipeline = load_pipeline(args.target, _overrides(args.set or []) or None)
+    result = merge_parts(pipeline, args.out, input_path=args.input)
+    print(f"{result['out']}: merged {result['parts']} parts of every stage (no model asked)")
+    _print_complete(result)
+    return 0
+
+
+def _shard(args: argparse.Namespace) -> tuple[int, int]:
+    """This process' ``(shard index, shard count)``: the shard options (one given alone: the
+    other is 0 / 1), or under ``torchrun`` (no shard options) ``RANK`` / ``WORLD_SIZE``."""
+    from vlr_plugins._shards import resolve_shard, torchrun_shard
+    from vlr_plugins.errors import UsageError
+
+    if args.engine == "ray":
+        if args.shard_count not in (None, 1) or args.shard_index not in (None, 0):
+            option = "--shard-count" if args.shard_count not in (None, 1) else "--shard-index"
+            raise UsageError(option, "a job-array shard and --engine ray do not mix: Ray spreads the parts over "
+                                     "the cluster itself")
+        ranked = torchrun_shard()
+        if ranked is not None and ranked[1] > 1:
+            raise UsageError("--engine", f"ray under torchrun (rank {ranked[0]} of {ranked[1]}): every rank would "
+                                         "start the whole Ray run; run `vlr generate --engine ray` once, without "
+                                         "torchrun")
+        return 0, 1
+    index, count = args.shard_index, args.shard_count
+    if index is not None or count is not None:
+        index, count = 0 if index is None else index, 1 if count is None else count
+    shard = resolve_shard(index, count)  # a SLURM array task, or a torchrun rank
+    return shard if shard is not None else (0, 1)
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
@@ -144,13 +199,17 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--set", nargs="*", action="extend", metavar="KEY=VALUE",
                    help="pipeline overrides, e.g. roles.captioner.base_url=http://host:8000/v1")
     s.add_argument("--stages", nargs="+", metavar="STAGE", help="run only these stages (each may run elsewhere)")
-    s.add_argument("--shard-index", type=at_least(0), default=0,
-                   help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID)")
-    s.add_argument("--shard-count", type=at_least(1), default=1, help="workers in the job array")
+    s.add_argument("--shard-index", type=at_least(0),
+                   help="this worker's index in a job array (e.g. $SLURM_ARRAY_TASK_ID; default 0); under "
+                        "torchrun each rank takes its shard by itself")
+    s.add_argument("--shard-count", type=at_least(1), help="workers in the job array (default 1)")
     s.add_argument("--limit", type=at_least(1), help="only the first N input records")
     s.add_argument("--cache", help="the answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--no-cache", action="store_true", help="keep no answer cache")
     s.add_argument("--no-merge", action="store_true", help="leave the corpus as parts (no corpus.jsonl)")
+    s.add_argument("--merge-only", action="store_true",
+                   help="generate nothing: write corpus.jsonl and manifest.json from the parts already in --out "
+                        "(every part of every stage must be there, written by this pipeline and --set)")
     s.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="ray: spread the parts over a Ray cluster (pip install 'vlr-plugins[ray]')")
     s.add_argument("--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a local one)")

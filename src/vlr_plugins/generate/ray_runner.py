@@ -22,18 +22,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from vlr_plugins.errors import ConfigError
+from vlr_plugins._ray import default_workers, import_ray, init_ray
 
 __all__ = ["generate_corpus_ray"]
-
-
-def _import_ray():
-    try:
-        import ray
-        import ray.data
-    except ImportError as e:
-        raise ConfigError("--engine ray needs Ray Data: pip install 'vlr-plugins[ray]' (ray[data])") from e
-    return ray
 
 
 class _PartWorker:
@@ -83,7 +74,7 @@ def generate_corpus_ray(pipeline: Any, input_path: str | os.PathLike[str], out: 
     own (``cache=None`` keeps none: a rerun then asks again what a killed part had asked).
     Returns the same mapping as :func:`~vlr_plugins.generate.generate_corpus`.
     """
-    ray = _import_ray()
+    ray = import_ray()
     from vlr_plugins.generate.pipeline import Pipeline, load_pipeline
     from vlr_plugins.generate.runner import discard_unstarted
 
@@ -113,12 +104,9 @@ def _generate_ray(ray: Any, pipeline: Any, input_path: str | os.PathLike[str], o
                  and pipeline.roles[s.role]["backend"] in ("vllm", "transformers")}
         if num_gpus is None:
             num_gpus = max([float(pipeline.roles[r].get("tensor_parallel_size", 1)) for r in local] or [0.0])
-        if not ray.is_initialized():
-            ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
-        resources = ray.cluster_resources()
+        init_ray(ray, address)
         if workers is None:
-            workers = int(resources.get("GPU", 0) // num_gpus) if num_gpus else int(resources.get("CPU", 1))
+            workers = default_workers(ray, num_gpus)
         workers = max(1, min(workers, len(rows) or 1))
         start, done_records, done_parts, failures = time.monotonic(), 0, 0, FailureCount()
         if rows:

@@ -192,6 +192,9 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
             print(f"shard {args.shard_index} of {run.count}: mined records {start}..{stop - 1} against "
                   f"{len(task.gallery)} texts: {run.part(args.shard_index)}")
     missing = run.missing()
+    if missing and not args.merge_only and run.merged_already(args.out):
+        print(f"shard {args.shard_index} of {run.count}: the parts were merged into {args.out} by another shard")
+        return 0
     if missing:
         if args.merge_only:
             raise UsageError("--merge-only", f"{len(missing)} of {run.count} shards have no part in {run.work} yet, "
@@ -199,7 +202,13 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
         print(f"not complete: {len(missing)} of {run.count} shards still to run (e.g. --shard-index {missing[0]}); "
               f"the last one to finish writes {args.out}")
         return 0
-    claimed, claim = run.claim_merge(timeout=args.claim_timeout, force=args.merge_only)
+    try:
+        claimed, claim = run.claim_merge(timeout=args.claim_timeout, force=args.merge_only)
+    except FileNotFoundError:  # the work folder removed meanwhile: another shard merged (torchrun's ranks at once)
+        if args.merge_only or not run.merged_already(args.out):
+            raise
+        print(f"shard {args.shard_index} of {run.count}: the parts were merged into {args.out} by another shard")
+        return 0
     if not claimed:
         if args.merge_only:
             raise UsageError("--merge-only", f"the merge into {args.out} is claimed by {claim.describe()}; wait for it "
@@ -219,11 +228,37 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
     return 0
 
 
+def _on_ray(args: argparse.Namespace) -> int:
+    """``--engine ray``: the shards run as Ray tasks, each exactly a job-array task (the last
+    merges); each checks everything a shard checks (a refusal is raised here)."""
+    from vlr_plugins._ray import run_shards
+
+    if not os.path.isfile(args.input):
+        raise UsageError("INPUT", f"{args.input}: no such file")
+    _check_window(args)
+    if args.device.startswith("cuda:"):
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each task its GPU)")
+    return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
+
+
 def cmd_mine(args: argparse.Namespace) -> int:
     from vlr_plugins.eval._cpu_blas import setting
 
     setting()  # VLR_CPU_BLAS
+    from vlr_plugins._ray import check_ray_options
+
+    check_ray_options(args)
+    if args.engine == "ray":
+        return _on_ray(args)
     check_shard_options(args)
+    if not args.merge_only:
+        from vlr_plugins._shards import local_rank, resolve_shard
+
+        shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
+        if shard is not None:
+            args.shard_index, args.shard_count = shard
+            if args.device == "cuda" and local_rank() is not None:
+                args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
     done = _check_paths(args)
     if done is not None:
         print(done)
@@ -242,6 +277,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
 def add_cli(sub: Any) -> None:
     """Add ``vlr mine`` to the ``vlr`` command's subparsers."""
     from vlr_plugins._merge_claim import DEFAULT_CLAIM_TIMEOUT
+    from vlr_plugins._ray import add_ray_options
     from vlr_plugins._shards import add_shard_options
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
@@ -262,10 +298,11 @@ def add_cli(sub: Any) -> None:
                     "--range-min / --range-max: skip the first R candidates / look no further than rank R\n"
                     "(sentence-transformers' mine_hard_negatives); --margin M: a negative scores at least M\n"
                     "below every positive of its query (a guard against false negatives).\n"
-                    "--shard-index I --shard-count N (a job array): mine a contiguous range of the queries\n"
-                    "against the whole gallery into a part beside --out; a rerun redoes only missing parts;\n"
-                    "the last shard to finish (or --merge-only) writes --out; a task run again after that (a\n"
-                    "requeue) finds --out written by the same run and does nothing.")
+                    "--shard-index I --shard-count N (a job array), or under torchrun each rank by itself:\n"
+                    "mine a contiguous range of the queries against the whole gallery into a part beside\n"
+                    "--out; a rerun redoes only missing parts; the last shard to finish (or --merge-only)\n"
+                    "writes --out; a task run again after that (a requeue) finds --out written by the same\n"
+                    "run and does nothing. --engine ray runs the same shards as Ray tasks.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,
@@ -295,12 +332,15 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--batch-size", type=positive_int, default=256)
     s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     add_shard_options(s, "mines a contiguous range of the queries against the whole gallery into a part beside "
-                         "--out", count_help="the processes of the job array",
+                         "--out; under torchrun each rank takes its shard by itself",
+                      count_help="the processes of the job array (with --engine ray: the shards, default one per "
+                                 "worker)",
                       merge_help="write --out from the parts of a sharded run (the last shard to finish does it "
                                  "itself)")
     s.add_argument("--claim-timeout", type=at_least(0.0, float), default=DEFAULT_CLAIM_TIMEOUT, metavar="SECONDS",
                    help="a merge claim older than this is taken over even when its holder cannot be shown gone "
                         f"(another host); one whose pid ended on this host is taken over at once (default "
                         f"{DEFAULT_CLAIM_TIMEOUT:g})")
+    add_ray_options(s, "mining its range of the queries into its part")
     add_model_dtype_option(s, what="an mllm: --model")
     s.set_defaults(fn=cmd_mine)

@@ -166,6 +166,18 @@ class ShardRun:
             out.extend(rows)
         return out
 
+    def merged_already(self, out: str | os.PathLike[str]) -> bool:
+        """The work folder is gone and ``out``'s run record is this run's: another shard merged
+        (and removed the parts) while this one finished."""
+        if self.work.is_dir():
+            return False
+        try:
+            record = json.loads(run_record_of(out).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        stored = record.get("manifest") if isinstance(record, dict) else None
+        return isinstance(stored, dict) and not _differences(stored, self.manifest)
+
     def claim_merge(self, *, timeout: float, force: bool) -> tuple[bool, Claim | None]:
         """Whether this process merges, and the claim it took over or found held
         (_merge_claim.py: a stale claim is taken over; ``force``: any but a live one here)."""

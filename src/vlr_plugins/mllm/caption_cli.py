@@ -35,6 +35,16 @@ def _videos(args: argparse.Namespace) -> list[tuple[str, str]]:
     return list(zip(care.item_ids, care.media_paths()))
 
 
+def _on_ray(args: argparse.Namespace) -> int:
+    """``--engine ray``: the shards run as Ray tasks, each exactly a job-array task (the last merges)."""
+    from vlr_plugins._ray import run_shards
+    from vlr_plugins.errors import UsageError
+
+    if args.device.startswith("cuda:"):
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each task its GPU)")
+    return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
+
+
 def _run(args: argparse.Namespace) -> int:
     from vlr_plugins._shards import local_rank, resolve_shard
     from vlr_plugins.errors import OutputExistsError, UsageError
@@ -42,11 +52,16 @@ def _run(args: argparse.Namespace) -> int:
     from vlr_plugins.mllm.caption_settings import load_caption_settings
     from vlr_plugins.mllm.captions_file import CaptionsFile
 
+    from vlr_plugins._ray import check_ray_options
+
+    check_ray_options(args)
     if args.merge_only:
         return _merge_only(args)
     for flag, value in (("--model", args.model), ("--videos", args.videos)):
         if value is None:
             raise UsageError(flag, "is needed (only --merge-only goes without)")
+    if args.engine == "ray":
+        return _on_ray(args)
     shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
     if shard is not None and args.device == "cuda" and local_rank() is not None:
         args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
@@ -178,6 +193,7 @@ def _captioner(args: argparse.Namespace, settings: Any, folder: str) -> Any:
 
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``vlr caption`` to the ``vlr`` command's subparsers (nothing heavy is imported here)."""
+    from vlr_plugins._ray import add_ray_options
     from vlr_plugins._shards import add_shard_options
 
     s = subparsers.add_parser(
@@ -189,7 +205,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
                     "loses at most the batch in flight). Sharded: --shard-index I --shard-count N (a "
                     "SLURM array), or under torchrun each rank by itself, captions its share into a part "
                     "in .OUT.shards/ (resumably); the last shard to finish merges the parts into OUT, "
-                    "byte for byte what one process writes; --merge-only --out OUT merges them. "
+                    "byte for byte what one process writes; --merge-only --out OUT merges them; --engine ray runs the "
+                    "same shards as Ray tasks (--shard-count N, default one per worker). "
                     "docs/capst.md.")
     s.add_argument("--model",
                    help="(needed) a chat MLLM: folder or Hub id (Qwen2-VL, a CaRe stage-I folder, a `vlr` MLLM export)")
@@ -211,5 +228,6 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_shard_options(s, "captions a contiguous share of the videos into its own "
                          "part; under torchrun each rank takes its shard by itself")
+    add_ray_options(s, "captioning its share of the videos into its part")
     s.set_defaults(fn=_run)
     return s

@@ -26,13 +26,18 @@ def cmd_precompute(args: argparse.Namespace) -> int:
 
     from vlr_plugins._shards import local_rank, resolve_shard
 
+    from vlr_plugins._ray import check_ray_options
+
     # everything a run can be refused for is checked before a file is written or an item encoded
+    check_ray_options(args)
     if args.merge_only:
         return _merge_only(args)
     if args.images is None and args.videos is None and args.benchmarks is None:
         raise UsageError("--images", "one of --images, --videos or --benchmarks is needed (or --merge-only)")
     if args.encoder is None:
         raise UsageError("--encoder", "needed: the tower that encodes the items")
+    if args.engine == "ray":
+        return _on_ray(args)
     shard = resolve_shard(args.shard_index, args.shard_count)  # a SLURM array task, or a torchrun rank
     if shard is not None and args.device == "cuda" and local_rank() is not None:
         args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
@@ -141,6 +146,15 @@ def cmd_precompute(args: argparse.Namespace) -> int:
     return failed_items_status(failed, len(videos))
 
 
+def _on_ray(args: argparse.Namespace) -> int:
+    """``--engine ray``: the shards run as Ray tasks, each exactly a job-array task (the last merges)."""
+    from vlr_plugins._ray import run_shards
+
+    if args.device.startswith("cuda:"):
+        raise UsageError("--device", f"{args.device}: with --engine ray give cuda (Ray gives each task its GPU)")
+    return run_shards(args, gpus_per_worker=1.0 if args.device == "cuda" else 0.0)
+
+
 def _merge_only(args: argparse.Namespace) -> int:
     from vlr_plugins.precompute.sharded import merge_only
 
@@ -156,6 +170,7 @@ def _merge_only(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     """Add ``vlr precompute`` to the ``vlr`` command's subparsers."""
+    from vlr_plugins._ray import add_ray_options
     from vlr_plugins._shards import add_shard_options
     from vlr_plugins.data.video import VIDEO_BACKENDS
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
@@ -191,7 +206,8 @@ def add_cli(sub: Any) -> None:
                     "Sharded (docs/precompute.md): --shard-index I --shard-count N (a SLURM array), or under\n"
                     "torchrun each rank by itself, encodes a contiguous share of the items (whole batches) into\n"
                     "its part in .OUT.shards/, resumably (--resume); the last shard to finish merges the parts\n"
-                    "into OUT, byte for byte the store one process writes; --merge-only --out OUT merges them.")
+                    "into OUT, byte for byte the store one process writes; --merge-only --out OUT merges them.\n"
+                    "--engine ray runs the same shards as Ray tasks (--shard-count N, default one per worker).")
     source = s.add_mutually_exclusive_group()
     source.add_argument("--images", help="a folder, or a .txt / .jsonl list of images")
     source.add_argument("--videos", help="a folder, or a .txt / .jsonl list of videos")
@@ -220,4 +236,5 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (start over)")
     add_shard_options(s, "encodes a contiguous share of the items into its own part; "
                          "under torchrun each rank takes its shard by itself")
+    add_ray_options(s, "encoding its share of the items into its part")
     s.set_defaults(fn=cmd_precompute)
