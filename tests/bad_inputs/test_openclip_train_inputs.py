@@ -58,3 +58,22 @@ def test_a_failed_run_keeps_the_other_runs_of_its_logs_folder(model, tmp_path):
                     "--logs", str(logs), "--name", "run"], "line 1", "caption",
                    leaves=[logs / "run"], cwd=tmp_path)
     assert sorted(p.name for p in logs.iterdir()) == ["earlier"]
+
+
+@pytest.mark.parametrize("what", ["a file", "a folder with files"])
+def test_the_tiny_model_writer_refuses_a_place_already_taken(what, tmp_path, capsys):
+    """``python -m vlr_plugins.integrations.open_clip.tiny OUT``: an OUT that is there (a file,
+    or a folder that is not empty) is one error line, exit 2, and stays as it was."""
+    from vlr_plugins.integrations.open_clip.tiny import main
+
+    out = tmp_path / "tiny-clip"
+    if what == "a file":
+        out.write_text("mine\n")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    assert main([str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and str(out) in err and "already there" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["tiny-clip"] if what == "a file" else
+                                                            ["notes.txt", "tiny-clip"])

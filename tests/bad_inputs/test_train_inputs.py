@@ -396,6 +396,8 @@ def test_argparse_refusals_name_the_argument(argv, where):
     (["--seed", "-1"], ["--seed", "expected an integer >= 0"]),
     (["--recipes", "open_clip/long_clip"], ["--recipes", "open_clip/long_clip", "'open_clip'"]),
     (["--recipes", "paragraph/c99"], ["--recipes", "paragraph/c99", "no shipped recipe"]),
+    (["--world-only"], ["--world-only", "vlr demo mvc --world-only"]),
+    (["mvc", "--world-only", "--epochs", "2"], ["--epochs", "--world-only trains nothing"]),
 ])
 def test_vlr_demo_refuses(args, where, tmp_path):
     assert_refused(["demo", "--quick", "--out", tmp_path / "demo", *args], *where, leaves=[tmp_path / "demo"])

@@ -104,8 +104,22 @@ def test_ablation_recipes_match_their_tables(name):
 
 def test_every_shipped_mvc_recipe_is_tested_here():
     shipped = {n for n in list_recipes() if n.startswith("mvc/")}
-    assert shipped == {*ABLATIONS, "mvc/mvc_b", "mvc/mvc_l", "mvc/baseline_b"}
+    assert shipped == {*ABLATIONS, "mvc/mvc_b", "mvc/mvc_l", "mvc/baseline_b", "mvc/tiny"}
     assert ABLATION_MASKING in {a[3] for a in ABLATIONS.values()}
+
+
+def test_tiny_is_mvc_b_at_toy_size_and_says_so():
+    """mvc/tiny (docs/mvc.md's CPU route) keeps MVC-B's views, objective and schedule; only the
+    sizes differ, and it is marked as no paper setting."""
+    tiny, mvc = load_recipe("mvc/tiny"), load_recipe("mvc/mvc_b")
+    assert "not a paper setting" in tiny.description
+    assert tiny.loss == mvc.loss and tiny.model["dual_cls"] is True and tiny.data.schema == "mvc"
+    assert _views(tiny) == _views(mvc) and all(v.max_tokens == 64 for v in tiny.text_views.positives)
+    assert (tiny.train.schedule, tiny.train.warmup_epochs, tiny.train.weight_decay) == (
+        mvc.train.schedule, mvc.train.warmup_epochs, mvc.train.weight_decay)
+    assert tiny.model["pretrained"] is None and tiny.video.checkpoint is None and "tokenizer" not in tiny.model
+    assert tiny.video.encoder["embed_dim"] == tiny.model["embed_dim"]
+    assert tiny.train.min_lr == pytest.approx(tiny.train.lr / 100)  # MVC-B's final 1% of the rate
 
 
 @pytest.mark.parametrize("overrides, key, words", [

@@ -14,7 +14,7 @@ __all__ = ["add_cli", "cmd_demo"]
 
 def _demo_mvc(args: argparse.Namespace) -> int:
     """``vlr demo mvc``: Baseline-B and MVC-B on the synthetic video world (demo/mvc.py)."""
-    from vlr_plugins.demo.mvc import MVCDemoConfig, run_mvc_demo
+    from vlr_plugins.demo.mvc import MVCDemoConfig, run_mvc_demo, write_mvc_demo_world
     from vlr_plugins.integrations.mmengine.preflight import check_output_folder
 
     if args.recipes:
@@ -25,6 +25,14 @@ def _demo_mvc(args: argparse.Namespace) -> int:
     cfg = MVCDemoConfig(out_dir=out, seed=args.seed)
     if args.quick:
         cfg.num_train, cfg.num_eval, cfg.epochs, cfg.batch_size, cfg.width, cfg.depth = 32, 8, 1, 8, 32, 1
+    if args.world_only:
+        if args.epochs:
+            raise UsageError("--epochs", "--world-only trains nothing; leave out --epochs")
+        paths = write_mvc_demo_world(cfg)
+        print(f"wrote {cfg.num_train} training and {cfg.num_eval} held-out clips: corpus {paths['train']}, "
+              f"tokenizer {paths['tokenizer']}, held-out clips {paths['eval_videos']} (a vlr precompute --videos "
+              f"list), queries {paths['eval_summary']}, {paths['eval_detailed']}")
+        return 0
     if args.epochs:
         cfg.epochs = args.epochs
     report = run_mvc_demo(cfg)
@@ -36,6 +44,9 @@ def _demo_mvc(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.which == "mvc":
         return _demo_mvc(args)
+    if args.world_only:
+        raise UsageError("--world-only", "writes vlr demo mvc's video world (vlr demo mvc --world-only); the "
+                                         "paragraph demo's world is vlr_plugins.demo.SyntheticWorld(...).write(FOLDER)")
     from vlr_plugins.demo.paragraph import DemoConfig, run_demo
     from vlr_plugins.integrations.mmengine.preflight import check_output_folder
     from vlr_plugins.recipe import RecipeError, load_recipe
@@ -77,6 +88,9 @@ def add_cli(sub: Any) -> None:
     s.add_argument("--epochs", type=at_least(1))
     s.add_argument("--seed", type=at_least(0), default=0)
     s.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
+    s.add_argument("--world-only", action="store_true",
+                   help="vlr demo mvc: write the synthetic video world (clips, MVC corpus, held-out clips and "
+                        "queries, tokenizer) under OUT/world and stop, nothing trained")
     s.add_argument("--verbose", action="store_true",
                    help="show MMEngine's whole console output and every deprecation warning")
     s.set_defaults(fn=cmd_demo)

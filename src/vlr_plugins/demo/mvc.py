@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from vlr_plugins._io import atomic_write_json, atomic_write_text
 
-__all__ = ["MVCDemoConfig", "run_mvc_demo", "MVC_DEMO_RECIPES"]
+__all__ = ["MVCDemoConfig", "run_mvc_demo", "write_mvc_demo_world", "MVC_DEMO_RECIPES"]
 
 #: the recipes the demo trains: the paper's baseline and its model
 MVC_DEMO_RECIPES = ("mvc/baseline_b", "mvc/mvc_b")
@@ -111,11 +111,31 @@ def _text_to_video(model, world, ids: list[str], clips: torch.Tensor) -> dict[st
     return out
 
 
+def _world(cfg: MVCDemoConfig):
+    from vlr_plugins.demo.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
+
+    return SyntheticVideoWorld(SyntheticVideoWorldConfig(seed=cfg.seed, num_train=cfg.num_train,
+                                                         num_eval=cfg.num_eval))
+
+
+def write_mvc_demo_world(cfg: MVCDemoConfig | None = None) -> dict[str, Path]:
+    """The demo's world only (``vlr demo mvc --world-only``): its clips, corpus, evaluation
+    splits and tokenizer under ``cfg.out_dir/world``, nothing trained; returns the paths
+    (:meth:`~vlr_plugins.demo.synthetic_video_world.SyntheticVideoWorld.write`)."""
+    cfg = cfg or MVCDemoConfig()
+    return _write_world(_world(cfg), cfg)
+
+
+def _write_world(world, cfg: MVCDemoConfig) -> dict[str, Path]:
+    out = Path(cfg.out_dir) / "world"
+    tqdm.write(f"[vlr demo mvc] writing {cfg.num_train + cfg.num_eval} clips to {out}")
+    return world.write(out)
+
+
 def run_mvc_demo(cfg: MVCDemoConfig | None = None) -> dict[str, Any]:
     """Run the demo; returns the report dict (also written under ``cfg.out_dir``)."""
     from mmengine.config import Config
 
-    from vlr_plugins.demo.synthetic_video_world import SyntheticVideoWorld, SyntheticVideoWorldConfig
     from vlr_plugins.eval.report import plot_recall_bars, recall_table_markdown
     from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config
     from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
@@ -123,10 +143,8 @@ def run_mvc_demo(cfg: MVCDemoConfig | None = None) -> dict[str, Any]:
 
     cfg = cfg or MVCDemoConfig()
     out = Path(cfg.out_dir)
-    world = SyntheticVideoWorld(SyntheticVideoWorldConfig(seed=cfg.seed, num_train=cfg.num_train,
-                                                          num_eval=cfg.num_eval))
-    tqdm.write(f"[vlr demo mvc] writing {cfg.num_train + cfg.num_eval} clips to {out / 'world'}")
-    paths = world.write(out / "world")
+    world = _world(cfg)
+    paths = _write_world(world, cfg)
     vocab = len(world.tokenizer())
     results: dict[str, dict[str, dict[str, float]]] = {}
     runs: dict[str, Any] = {}
