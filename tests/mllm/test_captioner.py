@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 from _tiny_mllm import clip  # noqa: E402
@@ -17,10 +16,9 @@ from vlr_plugins.mllm.captioner import VideoCaptioner  # noqa: E402
 from vlr_plugins.mllm.captions_file import CaptionsFile  # noqa: E402
 from vlr_plugins.mllm.media_input import VideoInput  # noqa: E402
 
-# 2-6 frames of 28-56 px: 5 prompt lengths; captions of a fixed length (the random model may end early),
+# 2-6 frames of 28-56 px: 4 prompt lengths; captions of a fixed length (the random model may end early),
 # long enough that the clips' captions differ
-CLIPS = [clip(2, 28, 28, seed=1), clip(6, 56, 56, seed=2), clip(2, 28, 56, seed=3), clip(4, 56, 56, seed=4),
-         clip(4, 28, 56, seed=5)]
+CLIPS = [clip(2, 28, 28, seed=1), clip(6, 56, 56, seed=2), clip(2, 28, 56, seed=3), clip(4, 56, 56, seed=4)]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +38,7 @@ def alone(captioner):
 def test_mixed_length_batches_caption_each_clip_as_alone(captioner, alone):
     counts = captioner.token_counts(CLIPS)
     assert counts == [int(captioner.inputs([c])["attention_mask"].sum()) for c in CLIPS]
-    assert len(set(counts)) == 5
+    assert len(set(counts)) == 4
     assert len(set(alone)) > 1, "the captions must differ, or a mix-up would not show"
     assert captioner.caption_clips(CLIPS, batch_size=2) == alone
 
@@ -58,10 +56,9 @@ def test_a_run_groups_a_window_by_length_and_writes_in_the_list_order(captioner,
 
     out = CaptionsFile(tmp_path / "caps.jsonl", {"model": "tiny"})
     run = caption_videos(Recording(), [(f"v{i}", c) for i, c in enumerate(CLIPS)], out, batch_size=2, progress=False)
-    assert run.captioned == 5
+    assert run.captioned == 4
     lines = [json.loads(x) for x in (tmp_path / "caps.jsonl").read_text().splitlines()]
-    assert lines == [{"id": f"v{i}", "caption": alone[i]} for i in range(5)]
-    # one window of five: batches of similar length, longest first
+    assert lines == [{"id": f"v{i}", "caption": alone[i]} for i in range(4)]
+    # one window of four: batches of similar length, longest first ([1, 3], [2, 0])
     flat = [n for batch in calls for n in batch]
-    assert [len(b) for b in calls] == [2, 2, 1] and flat == sorted(flat, reverse=True)
-    assert torch.equal(CLIPS[0], clip(2, 28, 28, seed=1))
+    assert [len(b) for b in calls] == [2, 2] and flat == sorted(flat, reverse=True)

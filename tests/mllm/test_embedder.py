@@ -253,7 +253,8 @@ def test_left_padded_text_rows_sit_at_their_own_positions(tiny_vl):
 
 
 def test_batch_limits_are_checked(tiny_vl):
-    with pytest.raises(ConfigError, match=r"EOLEmbedder: batch_size must be an integer >= 1 or None .no limit., found 0"):
+    with pytest.raises(ConfigError, match=r"EOLEmbedder: batch_size must be an integer >= 1 or None .no limit"
+                                          r"., found 0"):
         embedder(tiny_vl, batch_size=0)
     with pytest.raises(ConfigError, match=r"max_batch_tokens must be an integer >= 1 or None .no limit., found 1.5"):
         embedder(tiny_vl, max_batch_tokens=1.5)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from vlr_plugins.mllm.caption_settings import CaptionSettings, caption_prompt, load_caption_settings
-from vlr_plugins.mllm.length_batches import length_batches
+from vlr_plugins.mllm.length_batches import in_input_order, length_batches
 from vlr_plugins.mllm.media_input import clip_pixels, media_token_counts, processor_video_kwargs
 
 __all__ = ["VideoCaptioner"]
@@ -93,11 +93,7 @@ class VideoCaptioner:
         batches = [list(range(len(clips)))]
         if len(clips) > 1:
             batches = length_batches(self.token_counts(clips), batch_size=batch_size)
-        out: list[str] = [""] * len(clips)
-        for batch in batches:
-            for i, text in zip(batch, self._generate([clips[i] for i in batch])):
-                out[i] = text
-        return out
+        return in_input_order(batches, [self._generate([clips[i] for i in batch]) for batch in batches])
 
     def _generate(self, clips: list[torch.Tensor]) -> list[str]:
         inputs = self.inputs(clips)

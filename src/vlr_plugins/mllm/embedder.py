@@ -313,7 +313,8 @@ class EOLEmbedder(nn.Module):
                                      max_tokens=self.max_batch_tokens)
         out: torch.Tensor | None = None
         for batch in batches:
-            inputs = self._process(modality, [text[i] for i in batch], None if media is None else [media[i] for i in batch])
+            part = None if media is None else [media[i] for i in batch]
+            inputs = self._process(modality, [text[i] for i in batch], part)
             emb = F.normalize(self.embed(inputs).float(), dim=-1)
             if out is None:
                 out = emb.new_empty(len(text), emb.shape[1])
