@@ -200,3 +200,61 @@ def test_bad_arguments_say_what_is_wrong(tiny_vl):
         EOLEmbedder(model=model, processor=processor, frame_repeat=0)
     with pytest.raises(ValueError, match="no video to encode"):
         embedder(tiny_vl).encode_video([])
+
+
+# mixed lengths: a call's items are sorted into batches by token count, then put back in order
+MIXED_TEXTS = ["A dog.", "A man slices a watermelon on a wooden table, then eats a piece, slowly, and smiles.",
+               "Snow falls.", "Two dogs chase a ball across the grass.", "Rain.",
+               "A woman in a red coat opens an umbrella, then walks away from the camera towards the station."]
+
+
+def test_a_call_is_cut_into_length_sorted_batches_and_comes_back_in_order(tiny_vl):
+    emb = embedder(tiny_vl, batch_size=2, max_batch_tokens=400)
+    prompts = emb.prompts("text", MIXED_TEXTS)
+    lengths = emb.token_counts("text", prompts)
+    assert lengths == [int(emb.inputs("text", [t])["attention_mask"].sum()) for t in MIXED_TEXTS]
+    one_by_one = torch.cat([emb.encode_text([t]) for t in MIXED_TEXTS])
+    got = emb.encode_text(MIXED_TEXTS)
+    torch.testing.assert_close(got, one_by_one, atol=1e-5, rtol=0)
+    # the same texts in another order give the same rows in that order
+    perm = [4, 1, 5, 0, 3, 2]
+    torch.testing.assert_close(emb.encode_text([MIXED_TEXTS[i] for i in perm]), got[perm], atol=1e-5, rtol=0)
+    # rows are far apart next to the tolerance, so a row in the wrong place would show
+    assert (torch.cdist(got, got) + torch.eye(len(got))).min() > 1e-3
+    # one batch for the whole call (the old way) pads every text to the longest: same rows
+    whole = embedder(tiny_vl, batch_size=None)
+    torch.testing.assert_close(whole.encode_text(MIXED_TEXTS), one_by_one, atol=1e-5, rtol=0)
+
+
+def test_videos_of_mixed_lengths_are_batched_by_vision_tokens(tiny_vl):
+    emb = embedder(tiny_vl, batch_size=2)
+    clips = [clip(2, 28, 28, seed=1), clip(6, 56, 56, seed=2), clip(2, 28, 56, seed=3), clip(4, 56, 56, seed=4)]
+    text, media = emb._prepare("video", clips)
+    counts = emb.token_counts("video", text, media)
+    assert counts == [int(emb.inputs("video", [c])["attention_mask"].sum()) for c in clips]
+    assert len(set(counts)) == 4  # given out of length order: batches [1, 3], [2, 0]
+    one_by_one = torch.cat([emb.encode_video([c]) for c in clips])
+    torch.testing.assert_close(emb.encode_video(clips), one_by_one, atol=1e-5, rtol=0)
+    assert (torch.cdist(one_by_one, one_by_one) + torch.eye(len(clips))).min() > 1e-3
+
+
+def test_left_padded_text_rows_sit_at_their_own_positions(tiny_vl):
+    # Qwen2-VL (transformers 5) positions a text-only batch 0..L-1 over the left padding: the
+    # same attention in exact arithmetic (RoPE is relative), other rounding in bfloat16
+    model, processor = tiny_vl
+    emb = EOLEmbedder(model=copy.deepcopy(model).to(torch.bfloat16), processor=processor, batch_size=None)
+    texts = MIXED_TEXTS[:3]
+    one_by_one = torch.cat([emb.encode_text([t]) for t in texts])
+    torch.testing.assert_close(emb.encode_text(texts), one_by_one, atol=1e-5, rtol=0)
+    inputs = emb.inputs("text", texts)
+    with torch.no_grad():
+        unpositioned = emb.model.base_model(**inputs, use_cache=False).last_hidden_state[:, -1]
+    assert (F.normalize(unpositioned.float(), dim=-1) - one_by_one).abs().max() > 1e-4
+
+
+def test_batch_limits_are_checked(tiny_vl):
+    with pytest.raises(ConfigError, match=r"EOLEmbedder: batch_size must be an integer >= 1 or None .no limit"
+                                          r"., found 0"):
+        embedder(tiny_vl, batch_size=0)
+    with pytest.raises(ConfigError, match=r"max_batch_tokens must be an integer >= 1 or None .no limit., found 1.5"):
+        embedder(tiny_vl, max_batch_tokens=1.5)

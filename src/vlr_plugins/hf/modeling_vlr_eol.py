@@ -284,8 +284,10 @@ class VlrEOLEmbeddingModel(nn.Module):
     def forward(self, **inputs: Any) -> Any:
         """The backbone's forward (no LM head): an output with ``last_hidden_state`` (B, L, D)."""
         inputs = {k: v for k, v in inputs.items() if k not in _NOT_MODEL_INPUTS}
-        if self.kind == "llm" and "position_ids" not in inputs and "attention_mask" in inputs:
-            # positions count real tokens only, so a left-padded row matches it unpadded
+        if ("position_ids" not in inputs and "attention_mask" in inputs
+                and not any(k.startswith("pixel_values") for k in inputs)):
+            # a text batch: positions count real tokens only, so a left-padded row matches it
+            # unpadded (Qwen2-VL positions its text-only rows over the padding)
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
         return self._backbone()(**inputs, use_cache=False)
 

@@ -2,8 +2,11 @@
 
 :func:`caption_videos` takes ``(id, path)`` pairs, skips the ids the
 :class:`~vlr_plugins.mllm.captions_file.CaptionsFile` already holds, decodes and captions
-the rest in batches, and appends each caption as soon as its batch is done (fsynced), so
-a run killed at any point loses at most the batch in flight. A video that cannot be
+the rest in batches, and appends each caption as soon as it and every video before it are
+done (fsynced), in the list's order. Batches of more than one video are grouped by length:
+a window of :data:`SORT_WINDOW` batches is decoded, sorted by prompt length (the captioner's
+``token_counts``) and cut into batches of similar length, so little of a batch is padding;
+a run killed at any point loses at most the window in flight. A video that cannot be
 decoded is listed in ``<file>.failures.jsonl`` with the decoder's reason and left out;
 a rerun with ``resume`` tries it again.
 """
@@ -18,11 +21,14 @@ from typing import Any
 
 from vlr_plugins.errors import DataFormatError
 from vlr_plugins.mllm.captions_file import CaptionsFile, failures_path_of
+from vlr_plugins.mllm.length_batches import length_batches
 
-__all__ = ["VIDEO_SUFFIXES", "CaptionRun", "caption_videos", "videos_in_folder"]
+__all__ = ["SORT_WINDOW", "VIDEO_SUFFIXES", "CaptionRun", "caption_videos", "videos_in_folder"]
 
 #: the suffixes :func:`videos_in_folder` takes as videos
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
+#: how many batches of videos :func:`caption_videos` decodes at once to group them by length
+SORT_WINDOW = 4
 
 
 @dataclass
@@ -58,7 +64,9 @@ def caption_videos(captioner: Any, videos: Sequence[tuple[str, str]], out: Capti
     """Caption every video of ``videos`` not yet in ``out``, ``batch_size`` at a time.
 
     ``captioner`` has ``frames(path) -> clip`` and ``caption_clips(clips) -> captions``
-    (:class:`~vlr_plugins.mllm.captioner.VideoCaptioner`). Returns a :class:`CaptionRun`;
+    (:class:`~vlr_plugins.mllm.captioner.VideoCaptioner`), and optionally
+    ``token_counts(clips) -> lengths``: then batches are grouped by length within windows of
+    :data:`SORT_WINDOW` batches (the module docstring). Returns a :class:`CaptionRun`;
     the failures file is rewritten with this run's failures (removed when there are none).
     """
     if batch_size < 1:
@@ -73,20 +81,31 @@ def caption_videos(captioner: Any, videos: Sequence[tuple[str, str]], out: Capti
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), desc="caption videos", unit="video", disable=not progress)
+    token_counts = getattr(captioner, "token_counts", None) if batch_size > 1 else None
+    window = batch_size * (SORT_WINDOW if token_counts is not None else 1)
     try:
-        for start in range(0, len(todo), batch_size):
+        for start in range(0, len(todo), window):
             ids, clips = [], []
-            for vid, path in todo[start:start + batch_size]:
+            for vid, path in todo[start:start + window]:
                 try:
                     clips.append(captioner.frames(path))
                     ids.append(vid)
                 except DataFormatError as e:
                     run.failed.append((vid, str(e)))
                     bar.update(1)
-            for vid, text in zip(ids, captioner.caption_clips(clips)):
-                out.append(vid, text)
-                run.captioned += 1
-                bar.update(1)
+            if token_counts is not None and len(clips) > 1:
+                batches = length_batches(token_counts(clips), batch_size=batch_size)
+            else:
+                batches = [list(range(i, min(i + batch_size, len(clips)))) for i in range(0, len(clips), batch_size)]
+            done: dict[int, str] = {}
+            written = 0
+            for batch in batches:
+                done.update(zip(batch, captioner.caption_clips([clips[i] for i in batch])))
+                while written in done:  # in the list's order, as soon as all before are done
+                    out.append(ids[written], done.pop(written))
+                    written += 1
+                    run.captioned += 1
+                    bar.update(1)
     finally:
         bar.close()
     _write_failures(out, run.failed)

@@ -3,7 +3,11 @@
 :class:`VideoCaptioner` renders the captioning prompt in the model's chat template
 (:func:`~vlr_plugins.mllm.caption_settings.caption_prompt`), hands each clip's frames to the
 processor as :class:`~vlr_plugins.mllm.VideoInput` says (the same sampler and pixel limits
-as the embedder), pads a batch on the left and decodes only the new tokens.
+as the embedder), pads a batch on the left and decodes only the new tokens. The clips of a
+call are captioned in batches of similar length (:func:`~vlr_plugins.mllm.length_batches.length_batches`),
+so a short clip's row does not carry a long one's padding through every decoding step;
+the captions come back in the call's order, the same as one clip at a time under greedy
+decoding.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 import torch
 
 from vlr_plugins.mllm.caption_settings import CaptionSettings, caption_prompt, load_caption_settings
-from vlr_plugins.mllm.media_input import clip_pixels, processor_video_kwargs
+from vlr_plugins.mllm.length_batches import in_input_order, length_batches
+from vlr_plugins.mllm.media_input import clip_pixels, media_token_counts, processor_video_kwargs
 
 __all__ = ["VideoCaptioner"]
 
@@ -71,11 +76,26 @@ class VideoCaptioner:
                                **processor_video_kwargs(self.processor, self.settings.video_input))
         return {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
+    def token_counts(self, clips: Sequence[torch.Tensor]) -> list[int]:
+        """Each prepared clip's prompt length in the language model's tokens (the prompt's own
+        tokens and the clip's vision tokens), what batches are grouped by."""
+        prompt = len(getattr(self.processor, "tokenizer", self.processor)(self.prompt)["input_ids"]) - 1
+        kw = processor_video_kwargs(self.processor, self.settings.video_input)
+        return [prompt + n for n in media_token_counts(self.processor, "video", clips, kw)]
+
     @torch.no_grad()
-    def caption_clips(self, clips: Sequence[torch.Tensor]) -> list[str]:
-        """Captions of prepared clips, in order."""
+    def caption_clips(self, clips: Sequence[torch.Tensor], batch_size: int | None = None) -> list[str]:
+        """Captions of prepared clips, in order: generated in batches of at most ``batch_size``
+        clips (``None``: all of them) of similar length, longest first."""
+        clips = list(clips)
         if not clips:
             return []
+        batches = [list(range(len(clips)))]
+        if len(clips) > 1:
+            batches = length_batches(self.token_counts(clips), batch_size=batch_size)
+        return in_input_order(batches, [self._generate([clips[i] for i in batch]) for batch in batches])
+
+    def _generate(self, clips: list[torch.Tensor]) -> list[str]:
         inputs = self.inputs(clips)
         if self.generation.get("do_sample"):
             torch.manual_seed(self.seed)
@@ -83,6 +103,6 @@ class VideoCaptioner:
         new = out[:, inputs["input_ids"].shape[1]:]
         return [t.strip() for t in self.processor.batch_decode(new, skip_special_tokens=True)]
 
-    def caption(self, videos: Sequence[Any]) -> list[str]:
+    def caption(self, videos: Sequence[Any], batch_size: int | None = None) -> list[str]:
         """Captions of videos (paths or ``(T, 3, H, W)`` tensors), in order."""
-        return self.caption_clips([self.frames(v) for v in videos])
+        return self.caption_clips([self.frames(v) for v in videos], batch_size)

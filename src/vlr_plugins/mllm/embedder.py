@@ -25,9 +25,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlr_plugins.errors import ConfigError, loading_pretrained
-from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels, processor_video_kwargs
+from vlr_plugins.mllm.length_batches import check_batch_limits, length_batches
+from vlr_plugins.mllm.media_input import (
+    VideoInput,
+    clip_pixels,
+    image_pixels,
+    media_token_counts,
+    processor_video_kwargs,
+)
 from vlr_plugins.mllm.model_dtype import resolve_model_dtype
-from vlr_plugins.mllm.pooling import last_token_pool
+from vlr_plugins.mllm.pooling import last_token_pool, with_text_positions
 from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, load_eol_prompt, truncate_sentences
 from vlr_plugins.registry import MODELS
 
@@ -73,7 +80,15 @@ class EOLEmbedder(nn.Module):
 
     Formula: ``emb(x) = normalize(h_L[last])``, ``h_L`` the last layer's hidden states
     (after the final norm) of the prompt that holds ``x``, ``last`` its last real token;
-    batches are padded on the left, so ``last`` is the last column.
+    batches are padded on the left, so ``last`` is the last column, and a text batch's
+    positions count each row's real tokens from 0 (:func:`~vlr_plugins.mllm.pooling.with_text_positions`).
+
+    Batching: ``encode_*`` sort a call's items by prompt length in tokens (vision tokens
+    included) and run them in batches of at most ``batch_size`` items and
+    ``max_batch_tokens`` padded tokens (``None``: no limit), so each batch pays for its own
+    longest item, not the call's; rows come back in the call's order, equal to one item at
+    a time (to float rounding: tested to 1e-5). A budget also bounds the memory of long
+    captions and clips (docs/benchmarks.md, "MLLM embeddings").
 
     Reference: Jiang et al., "E5-V: Universal Embeddings with Multimodal Large Language
     Models", 2024; Xu et al., "CaReBench: A Fine-Grained Benchmark for Video Captioning
@@ -111,6 +126,8 @@ class EOLEmbedder(nn.Module):
         frame_repeat: int | None = None,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        batch_size: int | None = 32,
+        max_batch_tokens: int | None = None,
     ) -> None:
         super().__init__()
         if kind not in MODEL_KINDS:
@@ -135,6 +152,12 @@ class EOLEmbedder(nn.Module):
         if max_text_tokens is not None and max_text_tokens < 1:
             raise ConfigError(f"max_text_tokens must be >= 1 or None, found {max_text_tokens!r}")
         self.max_text_tokens = max_text_tokens
+        try:
+            check_batch_limits(batch_size, max_batch_tokens, "EOLEmbedder")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         spec = self.prompt.video_input
         overrides = dict(num_frames=num_frames, strategy=frame_strategy, frame_repeat=frame_repeat,
                          min_pixels=min_pixels, max_pixels=max_pixels)
@@ -216,35 +239,56 @@ class EOLEmbedder(nn.Module):
         """The model inputs for a batch of one modality, left-padded, on the model's device.
 
         ``text``: strings; ``image``: paths, PIL images or ``(3, H, W)`` tensors; ``video``:
-        paths or ``(T, 3, H, W)`` tensors (:mod:`vlr_plugins.mllm.media_input`).
+        paths or ``(T, 3, H, W)`` tensors (:mod:`vlr_plugins.mllm.media_input`). All of
+        ``items`` make one batch (``encode_*`` cut a call into length-sorted batches first).
         """
+        return self._process(modality, *self._prepare(modality, items))
+
+    def _prepare(self, modality: str, items: Sequence[Any]) -> tuple[list[str], list[Any] | None]:
+        """Each item's prompt, and its pixels as the processor takes them (``None`` for text)."""
         if modality not in MODALITIES:
             raise ValueError(f"modality must be one of {MODALITIES}, found {modality!r}")
         items = list(items)
         if not items:
             raise ValueError(f"EOLEmbedder: no {modality} to encode (an empty batch)")
-        kw: dict[str, Any] = {"padding": True, "padding_side": "left", "return_tensors": "pt"}
         if modality == "text":
             bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
             if bad:
                 raise TypeError(f"EOLEmbedder.encode_text: item {bad[0]} is a {type(items[bad[0]]).__name__}, "
                                 f"not a string (images and videos go to encode_image / encode_video)")
-            text = self.prompts("text", items)
+            return self.prompts("text", items), None
+        if self.kind == "llm":
+            raise ConfigError(f"EOLEmbedder: a text-only model (kind='llm') cannot encode {modality}s")
+        if modality == "image":
+            media = [image_pixels(x, self.image_mean, self.image_std) for x in items]
+        else:
+            media = [clip_pixels(x, self.video_input, self.image_mean, self.image_std) for x in items]
+        return self.prompts(modality, count=len(items)), media
+
+    def _process(self, modality: str, text: list[str], media: list[Any] | None) -> dict[str, torch.Tensor]:
+        """One left-padded batch of prepared items (:meth:`_prepare`), on the model's device."""
+        kw: dict[str, Any] = {"padding": True, "padding_side": "left", "return_tensors": "pt"}
+        if modality == "text":
             if self.kind == "llm":
                 batch = self.tokenizer(text, return_token_type_ids=False, **kw)
             else:
                 batch = self.processor(text=text, **kw)
+        elif modality == "image":
+            batch = self.processor(text=text, images=media, **kw, **self._size_kwargs("image"))
         else:
-            if self.kind == "llm":
-                raise ConfigError(f"EOLEmbedder: a text-only model (kind='llm') cannot encode {modality}s")
-            text = self.prompts(modality, count=len(items))
-            if modality == "image":
-                pixels = [image_pixels(x, self.image_mean, self.image_std) for x in items]
-                batch = self.processor(text=text, images=pixels, **kw, **self._size_kwargs("image"))
-            else:
-                clips = [clip_pixels(x, self.video_input, self.image_mean, self.image_std) for x in items]
-                batch = self.processor(text=text, videos=clips, **kw, **self._size_kwargs("video"))
+            batch = self.processor(text=text, videos=media, **kw, **self._size_kwargs("video"))
         return {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+
+    def token_counts(self, modality: str, text: Sequence[str], media: Sequence[Any] | None = None) -> list[int]:
+        """Each prepared item's length in the language model's tokens, what batches are sorted
+        and budgeted by: the prompt's tokens, and for media the vision tokens the processor
+        will put in its placeholder (exact for Qwen2-VL-style processors, which say how many
+        patches a size gives; else estimated from the pixels, as for Qwen2-VL)."""
+        ids = self.tokenizer(list(text))["input_ids"]
+        if media is None:
+            return [len(row) for row in ids]
+        return [len(row) - 1 + n for row, n in zip(ids, media_token_counts(self.processor, modality, media,
+                                                                         self._size_kwargs(modality)))]
 
     def _size_kwargs(self, modality: str) -> dict[str, Any]:
         return processor_video_kwargs(self.processor, self.video_input) if modality == "video" else {}
@@ -255,16 +299,27 @@ class EOLEmbedder(nn.Module):
         """(B, D) last-token states of prepared inputs (:meth:`inputs`), in the model's dtype,
         not normalised, with gradients when enabled: the training path."""
         backbone = self.model.base_model if hasattr(self.model, "base_model") else self.model
-        if self.kind == "llm" and "position_ids" not in inputs:
-            # positions count real tokens only, so a left-padded row matches it unpadded
-            inputs = {**inputs, "position_ids": (inputs["attention_mask"].long().cumsum(1) - 1).clamp(min=0)}
-        out = backbone(**inputs, use_cache=False)
+        out = backbone(**with_text_positions(inputs), use_cache=False)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         return last_token_pool(hidden, inputs["attention_mask"])
 
     @torch.no_grad()
     def _encode(self, modality: str, items: Sequence[Any]) -> torch.Tensor:
-        return F.normalize(self.embed(self.inputs(modality, items)).float(), dim=-1)
+        text, media = self._prepare(modality, items)
+        if len(text) == 1 or (self.batch_size is None and self.max_batch_tokens is None):
+            batches = [list(range(len(text)))]
+        else:
+            batches = length_batches(self.token_counts(modality, text, media), batch_size=self.batch_size,
+                                     max_tokens=self.max_batch_tokens)
+        out: torch.Tensor | None = None
+        for batch in batches:
+            part = None if media is None else [media[i] for i in batch]
+            inputs = self._process(modality, [text[i] for i in batch], part)
+            emb = F.normalize(self.embed(inputs).float(), dim=-1)
+            if out is None:
+                out = emb.new_empty(len(text), emb.shape[1])
+            out[torch.tensor(batch, device=emb.device)] = emb
+        return out
 
     def encode_text(self, texts: str | Sequence[str]) -> torch.Tensor:
         """``texts`` -> (B, D) L2-normalised float32, one prefill pass over the batch."""

@@ -20,7 +20,7 @@ import torch
 
 from vlr_plugins.data.video.sampling import FRAME_STRATEGIES
 
-__all__ = ["VideoInput", "clip_pixels", "image_pixels", "processor_video_kwargs"]
+__all__ = ["VideoInput", "clip_pixels", "image_pixels", "media_token_counts", "processor_video_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -146,3 +146,38 @@ def processor_video_kwargs(processor: Any, spec: VideoInput) -> dict[str, Any]:
     if hasattr(proc, "do_sample_frames"):
         kw["do_sample_frames"] = False
     return kw
+
+
+def _height_width(x: Any) -> tuple[int, int]:
+    if isinstance(x, torch.Tensor):
+        return int(x.shape[-2]), int(x.shape[-1])
+    width, height = x.size  # PIL
+    return int(height), int(width)
+
+
+def media_token_counts(processor: Any, modality: str, media: Sequence[Any], kwargs: dict[str, Any]) -> list[int]:
+    """How many tokens each prepared image (PIL or ``(3, H, W)``) or clip (``(T, 3, H, W)``)
+    becomes in the language model's input, under the processor keyword arguments ``kwargs``
+    (:func:`processor_video_kwargs` for clips).
+
+    Asks the processor where it says (Qwen2-VL's and Qwen2.5-VL's image and video processors:
+    ``get_number_of_image_patches`` / ``get_num_of_video_patches``, which vLLM relies on too),
+    else estimates Qwen2-VL's count from the pixels (14 px patches, 2 x 2 merged, 2 frames per
+    temporal patch): the counts order and budget batches, so an estimate costs only padding.
+    """
+    name = "image_processor" if modality == "image" else "video_processor"
+    proc = getattr(processor, name, None)
+    merge = int(getattr(proc, "merge_size", None) or 2) ** 2
+    out = []
+    for x in media:
+        height, width = _height_width(x)
+        frames = int(x.shape[0]) if modality == "video" else 1
+        try:
+            if modality == "image":
+                patches = proc.get_number_of_image_patches(height, width, {})
+            else:
+                patches = proc.get_num_of_video_patches(frames, height, width, dict(kwargs))
+        except (AttributeError, KeyError, TypeError):
+            patches = -(-frames // 2) * max(1, height * width // (14 * 14))
+        out.append(max(1, int(patches) // merge))
+    return out
