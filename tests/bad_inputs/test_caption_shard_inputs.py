@@ -21,7 +21,7 @@ from _refusal import assert_refused, fill, tree, write_files
 from vlr_plugins.mllm.caption_shards import CaptionShardJob
 from vlr_plugins.mllm.captions_file import CaptionsFile
 
-VIDEOS = [(f"v{i}", f"videos/v{i}.mkv") for i in range(3)]
+VIDEOS = [(f"v{i}", f"videos/v{i}.mkv") for i in range(6)]  # two sorting windows of 4 batches of 1: 4 + 2
 RECORD = {"model": "tiny", "model_dtype": "float32", "backend": "transformers", "name": "tiny",
           "prompt": "Describe the video in detail.", "video_input": {"num_frames": 4}, "generation": {}}
 

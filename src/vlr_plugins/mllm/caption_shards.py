@@ -3,9 +3,11 @@ captions a contiguous share of the videos into its own part (mllm/captions_parts
 resumably; the last to finish merges the parts into ``--out`` (docs/capst.md, "Sharded
 captioning"); ``--merge-only`` merges the parts of finished shards when none of them could.
 
-Shard ``I`` takes the videos :func:`~vlr_plugins._shards.shard_range` gives with
-``align=--batch-size``: its batches are the very batches one process makes of the same list,
-so (greedy decoding, the same threads per process) its captions are the single-process ones.
+Shard ``I`` takes the videos :func:`~vlr_plugins._shards.shard_range` gives with ``align``
+one sorting window (:data:`~vlr_plugins.mllm.caption_run.SORT_WINDOW` x ``--batch-size``):
+its windows, so its length-sorted batches, are the very ones one process makes of the same
+list, so (greedy decoding, the same threads per process) its captions are the single-process
+ones.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ class CaptionShardJob:
         self.parts = CaptionParts(self.out, count)
         self.part = self.parts.part(index)
         self.videos = list(videos)
-        self.start, self.stop = shard_range(len(self.videos), index, count, align=batch_size)
+        from vlr_plugins.mllm.caption_run import SORT_WINDOW
+
+        align = batch_size * SORT_WINDOW
+        self.start, self.stop = shard_range(len(self.videos), index, count, align=align)
         self.info = {"index": index, "count": count, "start": self.start, "stop": self.stop,
                      "items": len(self.videos), "inputs": caption_inputs_digest([v for v, _ in self.videos]),
-                     "batch_size": batch_size}
+                     "batch_size": batch_size, "align": align}
 
     def describe(self) -> str:
         span = (f"videos {self.start}..{self.stop - 1} of {len(self.videos)}: {self.videos[self.start][0]!r} .. "

@@ -179,7 +179,8 @@ class CaptionParts:
                                                f"shard {i} (or shard 0) with the same settings and --overwrite; "
                                                "nothing merged")
             shard = record[SHARD_KEY]
-            start, stop = shard_range(int(shard["items"]), i, count, align=int(shard["batch_size"]))
+            # parts written before length-sorted windows were aligned on batches
+            start, stop = shard_range(int(shard["items"]), i, count, align=int(shard.get("align", shard["batch_size"])))
             if (shard["start"], shard["stop"]) != (start, stop):
                 raise DataFormatError(settings_path_of(self.part(i, count)), f"shard {i} of {count} should take "
                                       f"videos {start}..{stop - 1}, its record says {shard['start']}.."
