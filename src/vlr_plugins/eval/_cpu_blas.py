@@ -14,7 +14,13 @@ measured).
 The two round the same dot product differently (so does either one between product shapes):
 the engine's exactness never depends on a product's bits matching another product's — a
 pass's thresholds and the scores counted against them come from the same kind of tile
-product, and equal embeddings get equal scores within any one product (tested under both).
+product — but it does need equal embeddings to get equal scores wherever they sit within one
+product (the tie rule). That holds for MKL, and for OpenBLAS on some CPUs only: on an AMD
+EPYC with AVX2 only (Zen 3), OpenBLAS 0.3.31's sgemm gives a row its last-bit-different score
+at some positions (a row-tail kernel). So numpy's BLAS is eligible only where
+:func:`invariant` finds it gives equal rows and columns equal bits at every position of
+products of the engine's kinds of shapes (tails included, one thread and two); the calibration
+records it, and ``VLR_CPU_BLAS=numpy`` on a machine where it fails is refused.
 numpy's BLAS threads are limited with ``threadpoolctl`` wherever torch's are
 (:func:`~vlr_plugins.eval._tile_workers.one_thread_per_worker`); numpy releases the GIL in its
 products, so the engine's worker threads run them at once.
@@ -36,7 +42,7 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["blas_threads", "choice", "setting", "tile_product"]
+__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product"]
 
 _CHOICES = ("torch", "numpy")
 #: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
@@ -44,6 +50,8 @@ _MARGIN = 0.95
 #: the calibration's product: a tile of the engine's shape, one thread
 _SHAPE = (1024, 256, 1024)
 _ROUNDS = 15
+#: the products :func:`invariant` checks: full tiles, row and column tails, a single row and column
+_PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1))
 
 
 def _cache_file() -> Path:
@@ -106,18 +114,53 @@ def _write_cache(path: Path, data: dict) -> None:
         pass
 
 
+def _probe_invariant(name: str) -> bool:
+    """Whether ``name``'s BLAS gives equal rows (and equal columns) equal bits wherever they sit
+    in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES`, on one
+    thread and on two (a few milliseconds)."""
+    generator = torch.Generator().manual_seed(3)
+    a, b = torch.randn(300, 256, generator=generator), torch.randn(700, 256, generator=generator)
+    a[::37] = a[5].clone()
+    b[::41] = b[3].clone()
+    for threads in (1, 2):
+        with blas_threads(threads):
+            for r, c in _PROBE_SHAPES:
+                out = torch.empty(r, c)
+                _product(name, a[:r], b[:c], out)
+                block = out[::37, ::41]
+                if not bool((block == block.flatten()[0]).all()):
+                    return False
+    return True
+
+
 @functools.lru_cache(maxsize=None)
-def _calibrated() -> str:
+def _machine_entry() -> dict:
+    """This machine's cache entry (measured and probed once, then read): ``choice``,
+    ``invariant`` (numpy's BLAS, see :func:`invariant`), ``seconds``, ``shape``. An entry
+    written before the probe existed is measured again."""
     path, key = _cache_file(), _machine_key()
     data = _read_cache(path)
     entry = data.get(key)
-    if isinstance(entry, dict) and entry.get("choice") in _CHOICES:
-        return entry["choice"]
+    if (isinstance(entry, dict) and entry.get("choice") in _CHOICES
+            and isinstance(entry.get("invariant"), bool)):
+        return entry
     seconds = _measure()
-    pick = "numpy" if seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
-    data[key] = {"choice": pick, "seconds": seconds, "shape": list(_SHAPE)}
+    eligible = _probe_invariant("numpy")
+    pick = "numpy" if eligible and seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
+    data[key] = entry = {"choice": pick, "invariant": eligible, "seconds": seconds, "shape": list(_SHAPE)}
     _write_cache(path, data)
-    return pick
+    return entry
+
+
+def _calibrated() -> str:
+    return _machine_entry()["choice"]
+
+
+def invariant() -> bool:
+    """Whether numpy's BLAS gives equal embeddings equal scores wherever they sit in a product
+    on this machine (probed once, cached with the calibration): where it does not, the engine
+    keeps torch's."""
+    return bool(_machine_entry()["invariant"])
 
 
 def setting() -> str:
@@ -127,6 +170,10 @@ def setting() -> str:
     if wanted not in (*_CHOICES, "auto"):
         raise ConfigError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, auto (the BLAS of the "
                           "retrieval engine's CPU tile products)")
+    if wanted == "numpy" and not invariant():
+        raise ConfigError(f"VLR_CPU_BLAS=numpy: numpy's BLAS (numpy {np.__version__}) gives equal embeddings "
+                          "different scores depending on where they sit in a product on this CPU, and the "
+                          "engine's exact tie rule needs equal scores; use torch or auto (which takes torch's here)")
     return wanted
 
 
