@@ -133,8 +133,13 @@ def test_blip_export_texts_truncated_at_its_budget(blip_export, monkeypatch):
     vlr = retrieval_recall(p_emb, q_emb, torch.arange(8), ks=(1, 5))
     for k in (1, 5):
         assert got[f"recall_at_{k}"] == pytest.approx(vlr[f"t2i_r{k}"] / 100, abs=ROUNDING)
-    assert got["ndcg_at_10"] == pytest.approx(brute_ndcg_at_10(q_emb @ p_emb.T, {q: [q] for q in range(8)}),
-                                              abs=ROUNDING)
+    cosines = torch.nn.functional.normalize(q_emb, dim=-1) @ torch.nn.functional.normalize(p_emb, dim=-1).T
+    # truncated at 12 tokens some paragraphs are equal (equal cosines) and the rest nearly collinear: the
+    # positive's place among its ties is each library's own choice, so MTEB's value lies between the
+    # reference with every tie (within float32 rounding) ranked ahead of the positive and behind it
+    qrels, bump = {q: [q] for q in range(8)}, 1e-6 * torch.eye(8)
+    worst, best = brute_ndcg_at_10(cosines - bump, qrels), brute_ndcg_at_10(cosines + bump, qrels)
+    assert worst - ROUNDING <= got["ndcg_at_10"] <= best + ROUNDING, (worst, got["ndcg_at_10"], best)
 
 
 def test_blip_export_images_need_its_image_tower(blip_export):
