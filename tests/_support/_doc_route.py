@@ -12,6 +12,20 @@ from pathlib import Path
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
+def route_blocks(doc: Path, tag: str) -> tuple[dict[str, str], str]:
+    """A docs page's files (fenced blocks with ``file=NAME``: ``{NAME: text}``) and its one
+    ``bash`` block tagged ``tag`` (the route a test runs verbatim)."""
+    files, route = {}, []
+    for lang, info, body in FENCE.findall(doc.read_text(encoding="utf-8")):
+        name = re.search(r"\bfile=(\S+)", info)
+        if name:
+            files[name.group(1)] = body
+        elif lang == "bash" and tag in info:
+            route.append(body)
+    assert len(route) == 1, f"one {tag} block in {doc.name}"
+    return files, route[0]
+
+
 def user_bin(tmp: Path) -> Path:
     """``vlr`` and ``python`` as a user's environment has them, running this interpreter:
     ``vlr`` is a console script (its own folder first on ``sys.path``, not the current one)."""

@@ -6,11 +6,10 @@ the next step read."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
-from _doc_route import FENCE, run_verbatim
+from _doc_route import route_blocks, run_verbatim
 
 pytest.importorskip("mmengine")
 pytest.importorskip("transformers")
@@ -21,15 +20,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "care.md"
 
 
 def blocks() -> tuple[dict[str, str], str]:
-    files, route = {}, []
-    for lang, info, body in FENCE.findall(DOC.read_text(encoding="utf-8")):
-        name = re.search(r"\bfile=(\S+)", info)
-        if name:
-            files[name.group(1)] = body
-        elif lang == "bash" and "care-offline" in info:
-            route.append(body)
-    assert len(route) == 1, "one care-offline block"
-    return files, route[0]
+    return route_blocks(DOC, "care-offline")
 
 
 def test_the_route_has_every_step():

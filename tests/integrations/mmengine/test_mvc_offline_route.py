@@ -6,11 +6,10 @@ the next step read."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
-from _doc_route import FENCE, run_verbatim
+from _doc_route import route_blocks, run_verbatim
 
 pytest.importorskip("mmengine")
 pytest.importorskip("av")
@@ -19,15 +18,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "mvc.md"
 
 
 def blocks() -> tuple[dict[str, str], str]:
-    files, route = {}, []
-    for lang, info, body in FENCE.findall(DOC.read_text(encoding="utf-8")):
-        name = re.search(r"\bfile=(\S+)", info)
-        if name:
-            files[name.group(1)] = body
-        elif lang == "bash" and "mvc-offline" in info:
-            route.append(body)
-    assert len(route) == 1, "one mvc-offline block"
-    return files, route[0]
+    return route_blocks(DOC, "mvc-offline")
 
 
 def test_the_mvc_route_runs_verbatim_offline(tmp_path):

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from _doc_route import FENCE, run_verbatim
+from _doc_route import route_blocks, run_verbatim
 
 pytest.importorskip("open_clip_train")
 pytest.importorskip("PIL")
@@ -19,15 +19,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "open_clip.md"
 
 
 def blocks() -> tuple[dict[str, str], str]:
-    files, route = {}, []
-    for lang, info, body in FENCE.findall(DOC.read_text(encoding="utf-8")):
-        name = re.search(r"\bfile=(\S+)", info)
-        if name:
-            files[name.group(1)] = body
-        elif lang == "bash" and "openclip-offline" in info:
-            route.append(body)
-    assert len(route) == 1, "one openclip-offline block"
-    return files, route[0]
+    return route_blocks(DOC, "openclip-offline")
 
 
 def test_the_openclip_route_runs_verbatim_offline(tmp_path):
