@@ -12,6 +12,10 @@ package first on the path), wall time from start to exit; the commands take turn
 after round, and each one's median over ``--rounds`` is shown in seconds and as a ratio to
 ``import torch``. The CPU and the load average are printed with the figures: on a shared
 machine the absolute times move with the load, the ratios less.
+
+Bytecode is cached as in an installed package (``PYTHONDONTWRITEBYTECODE`` is dropped and
+``PYTHONPYCACHEPREFIX`` points at a temporary folder, so no checkout is written to; an untimed
+first run of each command fills it); ``--no-bytecode`` times every import compiled from source.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,10 +64,19 @@ def main() -> None:
     p.add_argument("--json", help="write the timings here")
     p.add_argument("--before", metavar="SRC", help="another checkout's src folder (the code before a change): its "
                                                    "vlr --help, bad option and vlr list are timed in the same rounds")
+    p.add_argument("--no-bytecode", action="store_true", help="compile every import from source (as under "
+                                                                   "PYTHONDONTWRITEBYTECODE=1 with no cached bytecode)")
     args = p.parse_args()
+    with tempfile.TemporaryDirectory() as pycache:
+        run(args, pycache)
+
+
+def run(args: argparse.Namespace, pycache: str) -> None:
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    base.update({"PYTHONDONTWRITEBYTECODE": "1"} if args.no_bytecode else {"PYTHONPYCACHEPREFIX": pycache})
 
     def env_of(src: str) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+        return {**base, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
                 "HF_HUB_OFFLINE": "1"}
 
     commands = {name: (argv, code, env_of(_SRC)) for name, (argv, code) in COMMANDS.items()}
@@ -82,6 +96,7 @@ def main() -> None:
     medians = {k: statistics.median(v) for k, v in times.items()}
     torch_s = medians["python -c 'import torch'"]
     print(describe())
+    print("bytecode: " + ("none (every import compiled from source)" if args.no_bytecode else "cached, as installed"))
     print(f"load average (1, 5, 15 min): before {', '.join(f'{x:.2f}' for x in load_before)}; "
           f"after {', '.join(f'{x:.2f}' for x in load_after)}")
     print(f"{'command':<41} {'median s':>9} {'/ import torch':>15}  runs")
@@ -90,7 +105,7 @@ def main() -> None:
               f"{', '.join(f'{t:.3f}' for t in runs)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": describe(), "before": args.before, "load_average": [load_before, load_after],
+            json.dump({"machine": describe(), "before": args.before, "bytecode": not args.no_bytecode, "load_average": [load_before, load_after],
                        "times_s": times, "median_s": medians}, f, indent=1)
 
 
