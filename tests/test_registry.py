@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import vlr_plugins
 from vlr_plugins.registry import LOSSES, Registry
 
 
@@ -57,3 +61,47 @@ def test_an_unknown_name_is_refused_naming_one_entry_of_the_kind(kind, entry):
     with pytest.raises(KeyError, match=f"^\"no {entry} named 'Nope'; known: none\"$"):
         Registry(kind).get("Nope")
 
+
+def _registering_modules() -> dict[str, set[str]]:
+    """kind -> the modules that call ``LOSSES/MODELS/READERS/METRICS.register`` of
+    :mod:`vlr_plugins.registry` (read from the source, so a new one is found)."""
+    root = Path(vlr_plugins.__file__).parent
+    kinds = {"LOSSES": "losses", "MODELS": "models", "READERS": "readers", "METRICS": "metrics"}
+    found: dict[str, set[str]] = {kind: set() for kind in kinds.values()}
+    for path in root.rglob("*.py"):
+        text = path.read_text("utf-8")
+        if "vlr_plugins.registry import" not in text:
+            continue
+        tree = ast.parse(text)
+        core = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module == "vlr_plugins.registry" for a in n.names}
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Attribute) and n.attr == "register" and isinstance(n.value, ast.Name)
+                    and n.value.id in core and n.value.id in kinds):
+                parts = ["vlr_plugins", *path.relative_to(root).with_suffix("").parts]
+                found[kinds[n.value.id]].add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def _eager_imports(package: str) -> set[str]:
+    """The modules a package's ``__init__`` imports when it is imported (its top-level imports)."""
+    path = Path(vlr_plugins.__file__).parent.joinpath(*package.split(".")[1:], "__init__.py")
+    if not path.is_file():
+        return set()
+    return {n.module for n in ast.parse(path.read_text("utf-8")).body if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_each_registry_imports_every_module_that_registers_into_it():
+    """A registry imports its listed modules on first lookup (``vlr list``, a config's
+    ``type``): every module that registers into it must be one of them or be imported by one
+    that is a package (``vlr_plugins.losses`` imports its losses); a package that resolves its
+    names on first use (data, eval, mllm, text) imports none."""
+    from vlr_plugins.registry import all_registries
+
+    expected = _registering_modules()
+    assert sum(map(len, expected.values())) > 20, "the scan found the registrations"
+    for kind, registry in all_registries().items():
+        listed = set(registry._modules)
+        reached = listed | {m for package in listed for m in _eager_imports(package)}
+        missing = expected[kind] - reached
+        assert not missing, f"{kind}: {sorted(missing)} register into it but vlr_plugins.registry does not list them"

@@ -5,70 +5,15 @@ batches that hold mined hard negatives (any trainer's batch sampler). What
 is built on them (precompute, the demos) lives in :mod:`vlr_plugins.precompute` and
 :mod:`vlr_plugins.demo`; this package imports neither.
 
-Importing this package needs only torch and the standard library; safetensors,
-pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are imported by the
-functions that use them.
+Names are resolved on first use, so ``import vlr_plugins.data`` imports nothing but the
+standard library (``vlr --help`` and a command's refusals stay fast); the modules need only
+torch, and safetensors, pyarrow, PIL, transformers, PyAV, torchcodec and torchvision are
+imported by the functions that use them.
 """
 
-from vlr_plugins.data.dataset import TextViewsDataset, TextViewsItem, concat_owned, draw_item, owner_index
-from vlr_plugins.data.hard_negative_batches import HardNegativeBatchSampler, batches_per_replica, negative_indices
-from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter, check_store_target
-from vlr_plugins.data.resumable_store import (
-    ResumableEmbeddingStoreWriter,
-    StoreProgress,
-    check_resumable_target,
-    read_store_progress,
-    work_dir_of,
-)
-from vlr_plugins.data.media import ImageFiles, MediaSource, StoredEmbeddings
-from vlr_plugins.data.mvc_samples import (
-    MVC_DETAILED_FIELDS,
-    MVC_SAMPLE_SUFFIXES,
-    MVC_SUMMARY_FIELDS,
-    MVC_TEXT_FIELDS,
-    MVCSample,
-    mvc_sample_from_record,
-    read_mvc_samples,
-    write_mvc_samples,
-)
-from vlr_plugins.data.nli import NLI_COLUMNS, NLITriplet, read_nli_triplets
-from vlr_plugins.data.video_captions import VIDEO_CAPTION_FIELDS, VideoCaption, read_video_captions
-from vlr_plugins.data.retrieval_set import RetrievalSet, read_retrieval_jsonl
-from vlr_plugins.data.sample import (
-    SAMPLE_SUFFIXES,
-    TEXT_FIELDS,
-    ParagraphSample,
-    read_paragraph_samples,
-    sample_from_record,
-    write_paragraph_samples,
-)
-from vlr_plugins.data.schemas import SAMPLE_SCHEMAS, text_fields
-from vlr_plugins.data.text_views import (
-    DrawnText,
-    TextView,
-    TextViews,
-    check_samples_have_views,
-    draw_texts,
-)
-from vlr_plugins.data.video_media import VideoClips
-from vlr_plugins.data.video import (
-    CLIP_MEAN,
-    CLIP_SAMPLERS,
-    CLIP_STD,
-    FRAME_STRATEGIES,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    VIDEO_BACKENDS,
-    VideoDecodeError,
-    VideoInfo,
-    frame_indices,
-    normalization_of,
-    read_frames,
-    sample_frames,
-    video_info,
-    video_transform,
-    window_frames,
-)
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 
 __all__ = [
     "ParagraphSample",
@@ -137,3 +82,27 @@ __all__ = [
     "VideoCaption",
     "read_video_captions",
 ]
+
+_LAZY = {name: f"vlr_plugins.data.{module}" for module, names in {
+    "dataset": ("TextViewsDataset", "TextViewsItem", "concat_owned", "draw_item", "owner_index"),
+    "hard_negative_batches": ("HardNegativeBatchSampler", "batches_per_replica", "negative_indices"),
+    "embedding_store": ("EmbeddingStore", "EmbeddingStoreWriter", "check_store_target"),
+    "resumable_store": ("ResumableEmbeddingStoreWriter", "StoreProgress", "check_resumable_target",
+                        "read_store_progress", "work_dir_of"),
+    "media": ("ImageFiles", "MediaSource", "StoredEmbeddings"),
+    "mvc_samples": ("MVC_DETAILED_FIELDS", "MVC_SAMPLE_SUFFIXES", "MVC_SUMMARY_FIELDS", "MVC_TEXT_FIELDS",
+                    "MVCSample", "mvc_sample_from_record", "read_mvc_samples", "write_mvc_samples"),
+    "nli": ("NLI_COLUMNS", "NLITriplet", "read_nli_triplets"),
+    "video_captions": ("VIDEO_CAPTION_FIELDS", "VideoCaption", "read_video_captions"),
+    "retrieval_set": ("RetrievalSet", "read_retrieval_jsonl"),
+    "sample": ("SAMPLE_SUFFIXES", "TEXT_FIELDS", "ParagraphSample", "read_paragraph_samples",
+               "sample_from_record", "write_paragraph_samples"),
+    "schemas": ("SAMPLE_SCHEMAS", "text_fields"),
+    "text_views": ("DrawnText", "TextView", "TextViews", "check_samples_have_views", "draw_texts"),
+    "video_media": ("VideoClips",),
+    "video": ("CLIP_MEAN", "CLIP_SAMPLERS", "CLIP_STD", "FRAME_STRATEGIES", "IMAGENET_MEAN", "IMAGENET_STD",
+              "VIDEO_BACKENDS", "VideoDecodeError", "VideoInfo", "frame_indices", "normalization_of",
+              "read_frames", "sample_frames", "video_info", "video_transform", "window_frames"),
+}.items() for name in names}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

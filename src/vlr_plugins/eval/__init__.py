@@ -1,29 +1,12 @@
 """Retrieval evaluation: exact recall in bounded memory, text encoding at a budget, the text
 models ``vlr eval`` scores, and the papers' protocols (truncation sweep, ReBias, short-vs-long
-Pareto summary, frames per video benchmark) and result tables."""
+Pareto summary, frames per video benchmark) and result tables.
 
-from vlr_plugins.eval.benchmarks import BenchmarkSpec, load_benchmark_specs, read_benchmark
-from vlr_plugins.eval.encode import encode_texts
-from vlr_plugins.eval.hard_negatives import MinedNegatives, mine_hard_negatives
-from vlr_plugins.eval.evaluate import evaluate_benchmarks, evaluate_retrieval_set, evaluate_splits
-from vlr_plugins.eval.models import TextModel, encode_with_model, match_reranker
-from vlr_plugins.eval.pareto import pareto_frontier, pareto_summary, plot_pareto
-from vlr_plugins.eval.protocols import (
-    BenchmarkProtocol,
-    check_store_sampling,
-    list_protocols,
-    protocol_entries,
-    token_budgets,
-)
-from vlr_plugins.eval.best_rank_metrics import rank_metrics
-from vlr_plugins.eval.graded_metrics import graded_rank_metrics
-from vlr_plugins.eval.metric_names import RANK_METRICS, parse_rank_metric
-from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm
-from vlr_plugins.eval.rerank import rerank_pairs
-from vlr_plugins.eval.retrieval import retrieval_recall
-from vlr_plugins.eval.retrieval_bias import rebias
-from vlr_plugins.eval.tables import fill_table, list_tables, plot_table, table_markdown
-from vlr_plugins.eval.truncation import TRUNCATION_BUDGETS, plot_truncation, truncation_sweep
+Names are resolved on first use, so ``import vlr_plugins.eval`` imports no torch."""
+
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 
 __all__ = [
     "RANK_METRICS",
@@ -63,3 +46,25 @@ __all__ = [
     "token_budgets",
     "truncation_sweep",
 ]
+
+_LAZY = {name: f"vlr_plugins.eval.{module}" for module, names in {
+    "benchmarks": ("BenchmarkSpec", "load_benchmark_specs", "read_benchmark"),
+    "encode": ("encode_texts",),
+    "hard_negatives": ("MinedNegatives", "mine_hard_negatives"),
+    "evaluate": ("evaluate_benchmarks", "evaluate_retrieval_set", "evaluate_splits"),
+    "models": ("TextModel", "encode_with_model", "match_reranker"),
+    "pareto": ("pareto_frontier", "pareto_summary", "plot_pareto"),
+    "protocols": ("BenchmarkProtocol", "check_store_sampling", "list_protocols", "protocol_entries",
+                  "token_budgets"),
+    "best_rank_metrics": ("rank_metrics",),
+    "graded_metrics": ("graded_rank_metrics",),
+    "metric_names": ("RANK_METRICS", "parse_rank_metric"),
+    "renorm": ("DualSoftmax", "QueryBankNorm"),
+    "rerank": ("rerank_pairs",),
+    "retrieval": ("retrieval_recall",),
+    "retrieval_bias": ("rebias",),
+    "tables": ("fill_table", "list_tables", "plot_table", "table_markdown"),
+    "truncation": ("TRUNCATION_BUDGETS", "plot_truncation", "truncation_sweep"),
+}.items() for name in names}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

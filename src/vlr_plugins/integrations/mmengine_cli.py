@@ -145,14 +145,20 @@ def _hard_negative_note(recipe: Any, inputs: Any) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``vlr train RECIPE``: plan the run (a vlr recipe or a native MMEngine config), then
-    resume / dump / check the launcher and inputs / run, the same way for every recipe."""
-    from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
-    from vlr_plugins.integrations.mmengine.native import is_native_config
-    from vlr_plugins.integrations.mmengine.preflight import check_launcher, nothing_left_on_failure
+    resume / dump / check the launcher and inputs / run, the same way for every recipe.
+
+    A recipe that is not there and a malformed ``--set`` item are refused before MMEngine (and
+    torch) load."""
     from vlr_plugins.recipe import find_recipe
 
     path = find_recipe(args.recipe)
     _refuse_other_command(args.recipe, path)
+    parse_set_items(args.set or [])
+
+    from vlr_plugins.integrations.mmengine.console import build_runner, third_party_warnings
+    from vlr_plugins.integrations.mmengine.native import is_native_config
+    from vlr_plugins.integrations.mmengine.preflight import check_launcher, nothing_left_on_failure
+
     with third_party_warnings(args.verbose):
         plan = _native_plan(args, str(path)) if is_native_config(path) else _recipe_plan(args)
         if args.resume:

@@ -29,40 +29,14 @@
   :class:`CaptionsFile`, :func:`caption_videos` -- detailed video captions (``vlr caption``),
   settings as data, written to a resumable, kill-safe JSON Lines file.
 
-Importing this package needs only torch and PyYAML; transformers (``vlr-plugins[mllm]``)
-is imported when a model is loaded. See docs/care.md.
+Names are resolved on first use, so ``import vlr_plugins.mllm`` imports no torch; its
+modules need only torch and PyYAML, and transformers (``vlr-plugins[mllm]``) is imported
+when a model is loaded. See docs/care.md.
 """
 
-from vlr_plugins.mllm.caption_run import CaptionRun, caption_videos, videos_in_folder
-from vlr_plugins.mllm.caption_settings import (
-    CAPTION_PROMPT,
-    CaptionSettings,
-    caption_prompt,
-    list_caption_settings,
-    load_caption_settings,
-)
-from vlr_plugins.mllm.captioner import VideoCaptioner
-from vlr_plugins.mllm.captions_file import CaptionsFile
-from vlr_plugins.mllm.care_stage1 import FineGrainedAlignment, answer_token_loss
-from vlr_plugins.mllm.care_stage2 import RetrievalAdaptation
-from vlr_plugins.mllm.embedder import MODEL_KINDS, EOLEmbedder, chat_renderer
-from vlr_plugins.mllm.finetune import (
-    FINETUNE_MODES,
-    LORA_DEFAULTS,
-    VISION_MODULES,
-    add_lora,
-    enable_gradient_checkpointing,
-    vision_modules,
-)
-from vlr_plugins.mllm.lens import LensResult, LensToken, logit_lens, plot_lens
-from vlr_plugins.mllm.loading import load_eol_embedder
-from vlr_plugins.mllm.model_dtype import MODEL_DTYPES
-from vlr_plugins.mllm.model_spec import EOLImageEncoder, load_mllm_embedder
-from vlr_plugins.mllm.media_input import VideoInput, clip_pixels, image_pixels
-from vlr_plugins.mllm.pooling import last_token_pool
-from vlr_plugins.mllm.prompt import MODALITIES, EOLPrompt, list_eol_prompts, load_eol_prompt, truncate_sentences
-from vlr_plugins.mllm.triplets import EOLTripletsDataset, collate_eol_triplets
-from vlr_plugins.mllm.vllm_backend import VLLMEmbedder, VLLMVideoCaptioner, require_vllm
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 
 __all__ = [
     "EOLEmbedder",
@@ -110,3 +84,27 @@ __all__ = [
     "VLLMVideoCaptioner",
     "require_vllm",
 ]
+
+_LAZY = {name: f"vlr_plugins.mllm.{module}" for module, names in {
+    "caption_run": ("CaptionRun", "caption_videos", "videos_in_folder"),
+    "caption_settings": ("CAPTION_PROMPT", "CaptionSettings", "caption_prompt", "list_caption_settings",
+                         "load_caption_settings"),
+    "captioner": ("VideoCaptioner",),
+    "captions_file": ("CaptionsFile",),
+    "care_stage1": ("FineGrainedAlignment", "answer_token_loss"),
+    "care_stage2": ("RetrievalAdaptation",),
+    "embedder": ("MODEL_KINDS", "EOLEmbedder", "chat_renderer"),
+    "finetune": ("FINETUNE_MODES", "LORA_DEFAULTS", "VISION_MODULES", "add_lora",
+                 "enable_gradient_checkpointing", "vision_modules"),
+    "lens": ("LensResult", "LensToken", "logit_lens", "plot_lens"),
+    "loading": ("load_eol_embedder",),
+    "model_dtype": ("MODEL_DTYPES",),
+    "model_spec": ("EOLImageEncoder", "load_mllm_embedder"),
+    "media_input": ("VideoInput", "clip_pixels", "image_pixels"),
+    "pooling": ("last_token_pool",),
+    "prompt": ("MODALITIES", "EOLPrompt", "list_eol_prompts", "load_eol_prompt", "truncate_sentences"),
+    "triplets": ("EOLTripletsDataset", "collate_eol_triplets"),
+    "vllm_backend": ("VLLMEmbedder", "VLLMVideoCaptioner", "require_vllm"),
+}.items() for name in names}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

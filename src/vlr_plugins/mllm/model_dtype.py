@@ -17,15 +17,16 @@ and in a captions file's settings record.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MODEL_DTYPES", "add_model_dtype_option", "dtype_name", "resolve_model_dtype", "slow_on_cpu"]
 
 #: the choices of ``--model-dtype``; ``auto``: the checkpoint's own
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
-_HALF = (torch.float16, torch.bfloat16)
+_HALF = ("float16", "bfloat16")  # by name: this module imports torch only in the functions (`--help` needs none)
 
 
 def resolve_model_dtype(name: str | torch.dtype | None, where: str = "dtype") -> torch.dtype | None:
@@ -35,6 +36,8 @@ def resolve_model_dtype(name: str | torch.dtype | None, where: str = "dtype") ->
     is a :class:`~vlr_plugins.errors.ConfigError` (a ``ValueError``) naming ``where`` and
     listing :data:`MODEL_DTYPES`.
     """
+    import torch
+
     if name is None or isinstance(name, torch.dtype):
         return name
     if name == "auto":
@@ -51,6 +54,8 @@ def resolve_model_dtype(name: str | torch.dtype | None, where: str = "dtype") ->
 def dtype_name(module: torch.nn.Module) -> str:
     """The dtype ``module`` computes in, by name (``"bfloat16"``): its first floating-point
     parameter's, which for a transformers model is what ``model.dtype`` says."""
+    import torch
+
     for p in module.parameters():
         if p.is_floating_point():
             return str(p.dtype).removeprefix("torch.")
@@ -60,10 +65,12 @@ def dtype_name(module: torch.nn.Module) -> str:
 def slow_on_cpu(module: torch.nn.Module, device: Any) -> str | None:
     """A warning when ``module`` sits in bfloat16 / float16 on a CPU (``auto`` on a bf16
     checkpoint does that), where float32 is much faster; None otherwise."""
+    import torch
+
     if torch.device(device).type != "cpu":
         return None
     name = dtype_name(module)
-    if getattr(torch, name) not in _HALF:
+    if name not in _HALF:
         return None
     return (f"the model computes in {name} on the CPU, where half-precision matmuls are usually many times "
             f"slower than float32; pass --model-dtype float32 for a faster CPU run (docs/care.md)")

@@ -174,7 +174,7 @@ def add_cli(sub: Any) -> None:
     from vlr_plugins._shards import add_shard_options
     from vlr_plugins.data.video import VIDEO_BACKENDS
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
-    from vlr_plugins.precompute.videos import VIDEO_SAMPLERS
+    from vlr_plugins.data.video.sampling import CLIP_SAMPLERS as VIDEO_SAMPLERS
 
     s = sub.add_parser(
         "precompute", help="embed images or videos once with a frozen vision tower into a store",

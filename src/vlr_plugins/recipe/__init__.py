@@ -21,23 +21,14 @@ and the dotted key (``RecipeError``).
   constructors, including :func:`check_loss_against_views`, which the trainers' own
   config formats reuse;
 * :mod:`~vlr_plugins.recipe.values` -- a value against its type annotation.
+
+The names below are resolved on first use: a command that reads only ``--set`` items
+(:mod:`~vlr_plugins.recipe.overrides`) imports no more of the package.
 """
 
-from vlr_plugins.recipe.arguments import check_loss_against_views
-from vlr_plugins.recipe.errors import RecipeError, Source
-from vlr_plugins.recipe.loading import find_recipe, list_recipes, load_recipe, recipe_dirs
-from vlr_plugins.recipe.overrides import Overrides, ValueSources
-from vlr_plugins.recipe.schema import (
-    DataSpec,
-    EvalSplit,
-    HardNegativeBatching,
-    Recipe,
-    TextView,
-    TextViews,
-    TrainSpec,
-    VideoSpec,
-)
-from vlr_plugins.recipe.validation import build_text_views, recipe_from_dict
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 
 __all__ = [
     "RecipeError",
@@ -60,3 +51,15 @@ __all__ = [
     "check_loss_against_views",
     "recipe_from_dict",
 ]
+
+_LAZY = {name: f"vlr_plugins.recipe.{module}" for module, names in {
+    "arguments": ("check_loss_against_views",),
+    "errors": ("RecipeError", "Source"),
+    "loading": ("find_recipe", "list_recipes", "load_recipe", "recipe_dirs"),
+    "overrides": ("Overrides", "ValueSources"),
+    "schema": ("DataSpec", "EvalSplit", "HardNegativeBatching", "Recipe", "TextView", "TextViews", "TrainSpec",
+               "VideoSpec"),
+    "validation": ("build_text_views", "recipe_from_dict"),
+}.items() for name in names}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -31,7 +31,7 @@ _MVC_TRAIN_KEYS = {"warmup_epochs": 0, "amp_dtype": "float16", "grad_checkpointi
 
 def view_names(views: TextViews) -> tuple[str, ...]:
     """The caption views the positives draw, in the text encoder's order (summary, detailed)."""
-    from vlr_plugins.text.dual_cls import VIEWS
+    from vlr_plugins.text.view_names import VIEWS
 
     names = {v.name for v in views.positives}
     return tuple(v for v in VIEWS if v in names)
@@ -41,7 +41,7 @@ def check_video_text(raw: dict[str, Any], views: TextViews, path: Path) -> None:
     """Check the parts of a merged ``mvc`` recipe mapping that differ from a paragraph recipe:
     named views, the loss, the text encoder, the video tower, no stored embeddings, no
     in-training evaluation."""
-    from vlr_plugins.text.dual_cls import VIEWS
+    from vlr_plugins.text.view_names import VIEWS
 
     if views.negatives:
         raise RecipeError(path, "text_views.negatives", "an mvc recipe draws no hard-negative texts: "

@@ -1,21 +1,13 @@
 """Text side: the BLIP text encoder, MVC's dual-CLS text encoder, tokenizers, text-length
 extension and length-grouped encoding of mixed-length batches.
 
-Names are resolved on first use, so ``import vlr_plugins.text`` needs neither
+Names are resolved on first use, so ``import vlr_plugins.text`` needs neither torch,
 ``transformers`` nor ``tokenizers``.
 """
 
 from __future__ import annotations
 
-
 from vlr_plugins._lazy import lazy_exports
-
-from vlr_plugins.text.blip_text_encoder import BlipTextEncoder
-from vlr_plugins.text.dual_cls import VIEWS, DualCLSTextEncoder, DualCLSTextOutput
-from vlr_plugins.text.length import extend_text_context, tokenizer_for_length
-from vlr_plugins.text.load import load_blip_text_encoder, load_text_encoder_checkpoint
-from vlr_plugins.text.positions import freeze_leading_rows, stretch_positional_embedding
-from vlr_plugins.text.video_cross_attention import VideoCrossAttention
 
 __all__ = [
     "BlipTextEncoder",
@@ -38,6 +30,17 @@ __all__ = [
 ]
 
 _LAZY = {
+    "BlipTextEncoder": "vlr_plugins.text.blip_text_encoder",
+    "DualCLSTextEncoder": "vlr_plugins.text.dual_cls",
+    "DualCLSTextOutput": "vlr_plugins.text.dual_cls",
+    "VIEWS": "vlr_plugins.text.view_names",
+    "VideoCrossAttention": "vlr_plugins.text.video_cross_attention",
+    "extend_text_context": "vlr_plugins.text.length",
+    "tokenizer_for_length": "vlr_plugins.text.length",
+    "load_blip_text_encoder": "vlr_plugins.text.load",
+    "load_text_encoder_checkpoint": "vlr_plugins.text.load",
+    "freeze_leading_rows": "vlr_plugins.text.positions",
+    "stretch_positional_embedding": "vlr_plugins.text.positions",
     "build_wordpiece_tokenizer": "vlr_plugins.text.tokenizer",
     "check_length_blocks": "vlr_plugins.text.length_blocks",
     "encode_in_length_blocks": "vlr_plugins.text.length_blocks",

@@ -18,11 +18,9 @@ from vlr_plugins.registry import MODELS
 from vlr_plugins.text.blip_text_encoder import TextEncoderShape
 from vlr_plugins.text.pretrained import check_local_folder, load_tokenizer
 from vlr_plugins.text.video_cross_attention import VideoCrossAttention
+from vlr_plugins.text.view_names import VIEWS
 
 __all__ = ["DualCLSTextEncoder", "DualCLSTextOutput", "VIEWS"]
-
-#: the caption views, in ``view_ids`` order: ``view_ids == 0`` is a summary caption, ``1`` a detailed one
-VIEWS: tuple[str, ...] = ("summary", "detailed")
 
 
 @dataclass

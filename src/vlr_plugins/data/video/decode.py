@@ -22,12 +22,11 @@ import torch
 
 from vlr_plugins.data.video._pyav import PyAVVideo
 from vlr_plugins.data.video._torchcodec import TorchCodecVideo
+from vlr_plugins.data.video.backends import VIDEO_BACKENDS
 from vlr_plugins.data.video.info import VideoInfo
 from vlr_plugins.data.video.sampling import frame_indices
 
 __all__ = ["VIDEO_BACKENDS", "read_frames", "sample_frames", "video_info"]
-
-VIDEO_BACKENDS = ("pyav", "torchcodec")
 
 
 def _open(path: str | os.PathLike[str], backend: str) -> PyAVVideo | TorchCodecVideo:

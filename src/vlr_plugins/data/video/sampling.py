@@ -24,8 +24,6 @@ import math
 from collections.abc import Sequence
 from typing import Literal, get_args
 
-import torch
-
 __all__ = ["CLIP_SAMPLERS", "ClipSampler", "FRAME_STRATEGIES", "frame_indices", "window_frames"]
 
 #: the strategies that give every clip the same number of frames (``fps`` does not): how
@@ -171,6 +169,8 @@ def frame_indices(
     bounds = _segment_bounds(length, n)
     starts, ends = bounds[:-1], bounds[1:]
     if strategy == "rand":
+        import torch
+
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         draws = torch.rand(n, generator=generator, dtype=torch.float64).tolist()
         offsets = [s + min(int(u * (e - s)), e - s - 1) for u, s, e in zip(draws, starts, ends)]

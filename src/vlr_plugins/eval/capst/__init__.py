@@ -5,29 +5,9 @@ Needs a chat endpoint (:mod:`vlr_plugins.chat`, the ``[generate]`` extra) to run
 scoring, prompts and report need nothing beyond the core.
 """
 
-from vlr_plugins.eval.capst.answers import NLI_LABELS, parse_elements, parse_judgement
-from vlr_plugins.eval.capst.evaluate import capst_requests_per_video, evaluate_capst
-from vlr_plugins.eval.capst.inputs import (
-    CapstReference,
-    read_captions_jsonl,
-    read_carebench_references,
-)
-from vlr_plugins.eval.capst.prompts import (
-    ELEMENT_KINDS,
-    extraction_messages,
-    judgement_messages,
-    prompt_template,
-)
-from vlr_plugins.eval.capst.report import capst_table_markdown, plot_capst_bars, write_capst_report
-from vlr_plugins.eval.capst.run import failure_summary, run_capst
-from vlr_plugins.eval.capst.scoring import (
-    SCORE_KINDS,
-    capst_table,
-    corpus_scores,
-    entailed_share,
-    f1_score,
-)
-from vlr_plugins.eval.capst.unified import load_capst_result, unified_score
+from __future__ import annotations
+
+from vlr_plugins._lazy import lazy_exports
 
 __all__ = [
     "ELEMENT_KINDS",
@@ -55,3 +35,16 @@ __all__ = [
     "load_capst_result",
     "write_capst_report",
 ]
+
+_LAZY = {name: f"vlr_plugins.eval.capst.{module}" for module, names in {
+    "answers": ("NLI_LABELS", "parse_elements", "parse_judgement"),
+    "evaluate": ("capst_requests_per_video", "evaluate_capst"),
+    "inputs": ("CapstReference", "read_captions_jsonl", "read_carebench_references"),
+    "prompts": ("ELEMENT_KINDS", "extraction_messages", "judgement_messages", "prompt_template"),
+    "report": ("capst_table_markdown", "plot_capst_bars", "write_capst_report"),
+    "run": ("failure_summary", "run_capst"),
+    "scoring": ("SCORE_KINDS", "capst_table", "corpus_scores", "entailed_share", "f1_score"),
+    "unified": ("load_capst_result", "unified_score"),
+}.items() for name in names}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -21,9 +21,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = [
     "CONFIG_DIR",
@@ -88,6 +89,8 @@ def add_long_context_config(base: str, context_length: int, folder: str | os.Pat
 
 def text_positional_embedding(model: nn.Module) -> nn.Parameter:
     """The text positional table of an open_clip ``CLIP`` or ``CustomTextCLIP``."""
+    from torch import nn
+
     for owner in (model, getattr(model, "text", None)):
         pos = getattr(owner, "positional_embedding", None)
         if isinstance(pos, nn.Parameter):

@@ -8,11 +8,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from vlr_plugins.integrations.open_clip.options import TEMPERATURE_SOURCES
 from vlr_plugins.registry import LOSSES
 
 __all__ = ["OpenCLIPLoss", "build_openclip_loss", "TEMPERATURE_SOURCES"]
-
-TEMPERATURE_SOURCES = ("model", "loss")
 
 
 def _takes(loss: nn.Module, argument: str) -> bool:

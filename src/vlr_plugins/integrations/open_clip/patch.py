@@ -29,7 +29,6 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -47,35 +46,13 @@ from vlr_plugins.integrations.open_clip.long_context import (
 )
 from vlr_plugins.integrations.open_clip.loss import build_openclip_loss
 from vlr_plugins.integrations.open_clip.model import TextBatchCLIP
+from vlr_plugins.integrations.open_clip.options import VLRTrainOptions
 from vlr_plugins.recipe import TextView, TextViews
 
 __all__ = ["VLRTrainOptions", "patched_open_clip_train", "PATCHED_NAMES"]
 
 PATCHED_NAMES = ("create_model_and_transforms", "create_loss", "get_data")
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class VLRTrainOptions:
-    """What the vlr side of a run needs; :mod:`.train` builds it from the command line.
-
-    ``context_length``: stretch the text tower to this many positions (``None``: keep,
-    unless the model name is ``<base>-ctx<N>``). ``keep_positions`` rows stay as they
-    were, and with ``freeze_kept_positions`` they do not train (Long-CLIP).
-    """
-
-    loss: dict[str, Any] = field(default_factory=lambda: {"type": "InfoNCELoss"})
-    views: TextViews | None = None
-    temperature: str = "model"
-    short: str | None = None
-    image_embeddings: str | None = None
-    image_key: str | None = None
-    image_root: str | None = None
-    context_length: int | None = None
-    keep_positions: int = 20
-    freeze_kept_positions: bool = True
-    fraction: float = 1.0
-    data_seed: int = 0
 
 
 class _Run:

@@ -20,8 +20,7 @@ import yaml
 
 from vlr_plugins.errors import UsageError, UserError, as_user_error, run_cli
 from vlr_plugins.integrations.open_clip.long_context import parse_long_context_name
-from vlr_plugins.integrations.open_clip.loss import TEMPERATURE_SOURCES
-from vlr_plugins.integrations.open_clip.patch import VLRTrainOptions, patched_open_clip_train
+from vlr_plugins.integrations.open_clip.options import TEMPERATURE_SOURCES, VLRTrainOptions
 from vlr_plugins.recipe import (
     Recipe,
     RecipeError,
@@ -390,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if note:
         print(f"vlr: {note}", file=sys.stderr)
     # a training file, image or embedding-store shard that is not there is found when read
+    from vlr_plugins.integrations.open_clip.patch import patched_open_clip_train  # torch and open_clip: the run's
+
     try:
         with _nothing_left_on_failure(parsed.logs), patched_open_clip_train(options), \
                 as_user_error(FileNotFoundError):
