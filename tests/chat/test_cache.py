@@ -93,7 +93,7 @@ def test_a_commit_that_fails_fails_every_put_it_held_and_writes_none_of_them(tmp
     import sqlite3
 
     path = tmp_path / "cache.sqlite"
-    with ChatCache(path, timeout=0.2) as cache:
+    with ChatCache(path, timeout=0.1) as cache:
         cache.put("before", {}, "stored")
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")  # another process writing past the timeout
