@@ -62,6 +62,13 @@ def in_order(*replies: Reply | str) -> Script:
     return script
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    #: connections waiting to be accepted (socketserver's 5 makes clients that connect
+    #: together wait for a SYN retransmission, a second)
+    request_queue_size = 256
+
+
 class FakeOpenAI:
     """``with FakeOpenAI(script) as server: ... server.url ...`` (``http://127.0.0.1:PORT/v1``)."""
 
@@ -71,8 +78,7 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
@@ -108,6 +114,11 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # as the servers it stands for (vLLM's, OpenAI's): connections kept alive, each
+            # answer sent at once (headers and body in two writes would wait on Nagle's algorithm)
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length)

@@ -61,6 +61,65 @@ def test_many_threads_write_one_cache(tmp_path):
         assert cache.get("7-49") == "answer 7-49"
 
 
+def test_answers_stored_together_are_committed_before_put_returns(tmp_path):
+    # threads storing at once share transactions (group commit); each put returns only once
+    # its own answer is in the file, as another connection sees it
+    import sqlite3
+
+    path = tmp_path / "cache.sqlite"
+    with ChatCache(path) as cache:
+        cache.put("first", {}, "creates the file")
+        seen_by_others = []
+
+        def write(t):
+            for i in range(20):
+                cache.put(f"{t}-{i}", {"i": i}, f"answer {t}-{i}")
+                other = sqlite3.connect(path)
+                row = other.execute("SELECT answer FROM answers WHERE key = ?", (f"{t}-{i}",)).fetchone()
+                other.close()
+                seen_by_others.append(row == (f"answer {t}-{i}",))
+
+        threads = [threading.Thread(target=write, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(seen_by_others) == 120 and all(seen_by_others)
+    with ChatCache(path) as cache:
+        assert len(cache) == 121 and cache.get("5-19") == "answer 5-19"
+
+
+def test_a_commit_that_fails_fails_every_put_it_held_and_writes_none_of_them(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "cache.sqlite"
+    with ChatCache(path, timeout=0.1) as cache:
+        cache.put("before", {}, "stored")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing past the timeout
+        errors = []
+
+        def write(i):
+            try:
+                cache.put(f"k{i}", {}, f"answer {i}")
+            except sqlite3.OperationalError as e:
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert len(errors) == 4 and all("locked" in e for e in errors)
+        assert len(cache) == 1 and cache.get("k0") is None
+        cache.put("k0", {}, "after")  # released: the cache writes again
+        assert cache.get("k0") == "after" and len(cache) == 2
+
+
 def test_a_file_that_is_not_a_cache_is_refused_by_name(tmp_path):
     path = tmp_path / "notes.sqlite"
     path.write_text("these are my notes, not a database\n" * 20)

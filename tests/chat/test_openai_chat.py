@@ -79,6 +79,36 @@ def test_sampling_params_are_sent_and_reserved_names_refused():
         ChatSettings(model="m", sampling={"model": "other"})
 
 
+def test_server_specific_sampling_params_sit_beside_the_others_in_the_body():
+    # vLLM's top_k, and an explicit extra_body, are sent as create(extra_body=...) would send them
+    sampling = {"temperature": 0.0, "top_k": 20, "extra_body": {"min_p": 0.05, "chat_template_kwargs": {"a": 1}}}
+    with FakeOpenAI(in_order("ok")) as server, client_for(server, sampling=sampling) as client:
+        assert client.complete(user("x")).text == "ok"
+    assert server.requests[0]["body"] == {"model": "judge-1", "messages": user("x"), "temperature": 0.0,
+                                          "top_k": 20, "min_p": 0.05, "chat_template_kwargs": {"a": 1}}
+
+
+def test_single_requests_from_many_threads_share_the_concurrency_limit():
+    # the pipelines' records each ask complete_many for one request at a time, from their own threads
+    def script(body):
+        return answer(f"answer {body['messages'][0]['content']}", delay=0.05)
+
+    with FakeOpenAI(script) as server, client_for(server, concurrency=2) as client:
+        results = [None] * 6
+
+        def ask(i):
+            results[i] = client.complete_many([user(str(i))])
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert [r[0].text for r in results] == [f"answer {i}" for i in range(6)]
+    assert 2 == server.max_in_flight  # side by side, never more than the limit
+    assert client.summary.calls == 6
+
+
 @pytest.mark.parametrize("failure", [error(500), error(503), drop(), error(429)], ids=["500", "503", "drop", "429"])
 def test_transient_failures_are_retried(failure):
     with FakeOpenAI(in_order(failure, failure, "fine")) as server, client_for(server) as client:

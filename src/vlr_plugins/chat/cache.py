@@ -34,10 +34,13 @@ def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping
 class ChatCache:
     """Answers of chat requests in one SQLite file, written as each answer arrives.
 
-    Every :meth:`put` is its own committed transaction in WAL mode, so a process killed
-    with ``kill -9`` loses only the calls that were still in flight; several threads
-    (one lock) and several processes (SQLite's file locks, waiting up to ``timeout``
-    seconds) may share one file. Each row keeps the request (model, messages, params)
+    Every :meth:`put` returns once its answer is committed (WAL mode), so a process killed
+    with ``kill -9`` loses only the calls that were still in flight; several threads and
+    several processes (SQLite's file locks, waiting up to ``timeout`` seconds) may share
+    one file. Answers stored by several threads at once are committed together ("group
+    commit": the first thread to arrive writes, and the next one writes every answer that
+    came while it did, in one transaction), and reads have a connection of their own, so
+    64 calls side by side do not queue behind one lock per answer. Each row keeps the request (model, messages, params)
     next to the answer, so the file can be read to see what a judge was asked.
 
     The file is created with the first answer stored, so that a run which received none
@@ -57,8 +60,14 @@ class ChatCache:
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 60.0) -> None:
         self.path = Path(path)
         self.timeout = timeout
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the writing connection
         self._db: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()  # the reading connection
+        self._reader: sqlite3.Connection | None = None
+        # group commit: the rows waiting for the next transaction, and whether one is being written
+        self._queue = threading.Condition(threading.Lock())
+        self._open_batch: _Batch | None = None
+        self._writing = False
         if self.path.exists():  # a file that is not a cache is refused now, not at the first answer
             self._connect()
         else:
@@ -75,18 +84,26 @@ class ChatCache:
             raise UserError(f"{self.path}: cannot create the chat cache there: {existing} is not writable")
 
     def _connect(self) -> sqlite3.Connection:
-        """The connection, opened (and the file created) on first need: a run that receives no
-        answer leaves no file behind. Called with ``_lock`` held, or from ``__init__``."""
-        if self._db is not None:
-            return self._db
+        """The writing connection, opened (and the file created) on first need: a run that
+        receives no answer leaves no file behind. Called with ``_lock`` held, or from ``__init__``."""
+        if self._db is None:
+            self._db = self._opened()
+        return self._db
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        """The reading connection (WAL: reads wait for no write). Called with ``_read_lock`` held."""
+        if self._reader is None:
+            self._reader = self._opened()
+        return self._reader
+
+    def _opened(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # several processes opening a new file at once: switching it to WAL can fail at once
         # with "database is locked" (SQLite does not wait there), so the opening is retried
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                self._db = self._open(self.timeout)
-                return self._db
+                return self._open(self.timeout)
             except sqlite3.OperationalError as e:
                 if not _is_busy(e):
                     raise self._not_a_cache(e) from None
@@ -116,18 +133,56 @@ class ChatCache:
 
     def get(self, key: str) -> str | None:
         """The answer stored under ``key``, or ``None``."""
-        with self._lock:
-            if self._db is None and not self.path.exists():  # nothing stored yet (by any process)
+        with self._read_lock:
+            if self._reader is None and not self.path.exists():  # nothing stored yet (by any process)
                 return None
-            row = self._connect().execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
+            row = self._connect_reader().execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
 
     def put(self, key: str, request: Mapping[str, Any], answer: str) -> None:
-        """Store ``answer`` for ``key`` (committed before returning); a second put replaces it."""
-        payload = json.dumps(request, ensure_ascii=False, sort_keys=True)
+        """Store ``answer`` for ``key`` (committed before returning); a second put replaces it.
+
+        A failed commit (the file locked by another process past ``timeout``, a full disk)
+        is raised by every put whose answer it held."""
+        row = (key, json.dumps(request, ensure_ascii=False, sort_keys=True), answer, time.time())
+        with self._queue:
+            batch = self._open_batch
+            if batch is None:
+                batch = self._open_batch = _Batch()
+            batch.rows.append(row)
+            while not batch.done:
+                if self._writing:  # another thread is committing: this row goes in the next transaction
+                    self._queue.wait()
+                    continue
+                # no transaction under way: this thread writes the open batch (its row among them)
+                todo, self._open_batch, self._writing = self._open_batch, None, True
+                self._queue.release()
+                try:
+                    self._write(todo.rows)
+                except BaseException as e:
+                    todo.error = e
+                finally:
+                    self._queue.acquire()
+                    todo.done, self._writing = True, False
+                    self._queue.notify_all()
+        if batch.error is not None:
+            raise batch.error
+
+    def _write(self, rows: list[tuple[str, str, str, float]]) -> None:
+        """``rows`` in one committed transaction (rolled back whole if it fails)."""
         with self._lock:
-            self._connect().execute("INSERT OR REPLACE INTO answers (key, request, answer, created) "
-                                    "VALUES (?, ?, ?, ?)", (key, payload, answer, time.time()))
+            db = self._connect()
+            if len(rows) == 1:  # autocommit: one statement, one transaction
+                db.execute(_INSERT, rows[0])
+                return
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(_INSERT, rows)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
 
     def __len__(self) -> int:
         with self._lock:
@@ -140,6 +195,10 @@ class ChatCache:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     def __enter__(self) -> ChatCache:
         return self
@@ -149,6 +208,20 @@ class ChatCache:
 
     def __repr__(self) -> str:
         return f"ChatCache({str(self.path)!r})"
+
+
+_INSERT = "INSERT OR REPLACE INTO answers (key, request, answer, created) VALUES (?, ?, ?, ?)"
+
+
+class _Batch:
+    """Answers committed in one transaction, and how that went."""
+
+    __slots__ = ("rows", "done", "error")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, float]] = []
+        self.done = False
+        self.error: BaseException | None = None
 
 
 def _is_busy(e: sqlite3.OperationalError) -> bool:
