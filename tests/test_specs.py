@@ -67,12 +67,20 @@ def test_mllm_prompt_after_the_last_colon_unless_the_folder_exists(tmp_path):
         split_mllm_spec("blip:x", "--encoder")
 
 
-def test_open_clip_parts_keep_open_clips_own_schemes_whole():
+def test_open_clip_parts_keep_open_clips_own_schemes_whole(tmp_path):
     assert parse_model_spec("open_clip:ViT-B-32:openai").open_clip_parts == ("ViT-B-32", "openai", False)
     assert parse_model_spec("open_clip:ViT-B-32").open_clip_parts == ("ViT-B-32", None, False)
     assert parse_model_spec("open_clip:ViT-B-32:").open_clip_parts == ("ViT-B-32", None, False)
     assert parse_model_spec("open_clip:hf-hub:org/model", "video").open_clip_parts == ("hf-hub:org/model", None, True)
-    assert parse_model_spec("open_clip:local-dir:/m:x").open_clip_parts == ("local-dir:/m:x", None, True)
+    assert parse_model_spec("open_clip:hf-hub:org/model:ck.pt").open_clip_parts == ("hf-hub:org/model", "ck.pt", True)
+    assert parse_model_spec("open_clip:local-dir:m").open_clip_parts == ("local-dir:m", None, True)
+    # a folder that exists is taken whole, colons and all; else the text after the last colon is the checkpoint
+    folder = tmp_path / "run:2"
+    folder.mkdir()
+    assert parse_model_spec(f"open_clip:local-dir:{folder}").open_clip_parts == (f"local-dir:{folder}", None, True)
+    assert parse_model_spec(f"open_clip:local-dir:{folder}:logs/e.pt", "video").open_clip_parts == \
+        (f"local-dir:{folder}", "logs/e.pt", True)
+    assert parse_model_spec("open_clip:local-dir:/m:x").open_clip_parts == ("local-dir:/m", "x", True)
 
 
 def test_only_mllm_specs_take_a_model_dtype():

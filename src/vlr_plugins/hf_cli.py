@@ -119,7 +119,8 @@ def add_export_cli(sub: Any) -> None:
     s.add_argument("checkpoint", metavar="CHECKPOINT",
                    help="a `vlr train` checkpoint (.pth), blip:<hub name or folder>, an MLLM / LLM transformers "
                         "folder (CaRe, E5-V: exported as an EOL embedder, docs/care.md), or "
-                        "open_clip:MODEL:CHECKPOINT (`vlr openclip-train`: exported as an open_clip Hub folder)")
+                        "open_clip:MODEL:CHECKPOINT or open_clip:local-dir:DIR:CHECKPOINT (`vlr openclip-train`: "
+                        "exported as an open_clip Hub folder)")
     s.add_argument("out", metavar="OUT",
                    help="the folder to write (config.json, model.safetensors, code, tokenizer, README.md)")
     s.add_argument("--eval", nargs="*", metavar="RESULTS_JSON", help="`vlr eval` results to put in the card")

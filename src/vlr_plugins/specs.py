@@ -11,7 +11,8 @@ spec                            roles                  what it names
 ``blip:<hub name or folder>``   text, image            BLIP's text side / frozen image side
 ``open_clip:MODEL[:PRETRAINED]``  text, video          an open_clip model (``MODEL`` may be
                                                        open_clip's own ``hf-hub:ORG/REPO`` or
-                                                       ``local-dir:FOLDER``, which carry weights)
+                                                       ``local-dir:FOLDER``, which carry weights,
+                                                       or take a trained ``:CHECKPOINT`` after)
 ``mllm:FOLDER[:PROMPT]``        text, image, video     a CaRe / E5-V EOL embedder (an MLLM folder
                                                        or a ``vlr export``; PROMPT ``care``,
                                                        ``e5v``, or a prompt YAML)
@@ -85,16 +86,25 @@ class ModelSpec:
     @property
     def open_clip_parts(self) -> tuple[str, str | None, bool]:
         """``open_clip:MODEL[:PRETRAINED]`` -> ``(MODEL, PRETRAINED or None, own_scheme)``:
-        ``own_scheme`` for open_clip's ``hf-hub:`` / ``local-dir:`` names, which are taken whole."""
-        if self.target.startswith(OPEN_CLIP_OWN_SCHEMES):
-            return self.target, None, True
+        ``own_scheme`` for open_clip's ``hf-hub:ORG/REPO[:CHECKPOINT]`` /
+        ``local-dir:FOLDER[:CHECKPOINT]`` names, which carry their config (and weights unless a
+        checkpoint follows). A ``local-dir:`` folder that exists as written is taken whole (a
+        path may hold a colon), else the text after the last colon is the checkpoint, as for
+        ``mllm:FOLDER[:PROMPT]``; a Hub id holds no colon, so its first one starts the checkpoint."""
+        if self.target.startswith("local-dir:"):
+            folder, checkpoint = _mllm_parts(self.target[len("local-dir:"):])
+            return f"local-dir:{folder}", checkpoint, True
+        if self.target.startswith("hf-hub:"):
+            repo, _, checkpoint = self.target[len("hf-hub:"):].partition(":")
+            return f"hf-hub:{repo}", checkpoint or None, True
         model_name, _, pretrained = self.target.partition(":")
         return model_name, pretrained or None, False
 
 
 def _mllm_parts(rest: str) -> tuple[str, str | None]:
-    """``FOLDER[:PROMPT]``: a folder that exists as written is taken whole (a path may hold a
-    colon); otherwise the text after the last colon is the prompt."""
+    """``FOLDER[:PROMPT]`` (or ``FOLDER[:CHECKPOINT]`` after ``open_clip:local-dir:``): a folder
+    that exists as written is taken whole (a path may hold a colon); otherwise the text after
+    the last colon is the prompt."""
     if os.path.exists(rest) or ":" not in rest:
         return rest, None
     folder, _, prompt = rest.rpartition(":")

@@ -69,6 +69,28 @@ def test_open_clip_tower_from_a_local_checkpoint(tmp_path):
     assert tower.image_size == 32 and not tower.training
 
 
+def test_open_clip_local_dir_tower_with_a_trained_checkpoint(tmp_path):
+    """``open_clip:local-dir:FOLDER:CHECKPOINT``: the folder's config, the checkpoint's weights
+    (an open_clip_train checkpoint: ``state_dict``, keys ``module.``-prefixed under DDP)."""
+    open_clip = pytest.importorskip("open_clip")
+    from vlr_plugins.integrations.open_clip.tiny import write_local_dir_model
+    from vlr_plugins.vision import FramePooledVideoEncoder
+
+    folder = write_local_dir_model(tmp_path / "clip:tiny")  # a colon in the folder's name
+    torch.manual_seed(3)
+    trained = open_clip.create_model(f"local-dir:{folder}", load_weights=False).eval()
+    torch.save({"epoch": 1, "state_dict": {f"module.{k}": v for k, v in trained.state_dict().items()}},
+               tmp_path / "epoch_1.pt")
+
+    tower = load_video_encoder(f"open_clip:local-dir:{folder}:{tmp_path / 'epoch_1.pt'}")
+    own = load_video_encoder(f"open_clip:local-dir:{folder}")  # the folder's own weights
+    clip = torch.randn(2, 3, 3, 32, 32)
+    with torch.no_grad():
+        expected = FramePooledVideoEncoder(tower=trained).encode_video(clip)
+        torch.testing.assert_close(tower.encode_video(clip), expected)
+        assert not torch.allclose(own.encode_video(clip), expected)
+
+
 def test_tower_config_with_a_checkpoint_gives_the_saved_tower(tmp_path, tower):
     from safetensors.torch import save_file
 

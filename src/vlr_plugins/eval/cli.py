@@ -249,7 +249,8 @@ def add_cli(sub: Any) -> None:
                     "papers' tables if asked (docs/eval.md).\n\n"
                     "--model: a `vlr train` checkpoint (.pth); blip:<hub name or folder>;\n"
                     "open_clip:MODEL:CHECKPOINT_OR_TAG (open_clip:ViT-B-32:openai,\n"
-                    "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR);\n"
+                    "open_clip:ViT-B-16-quickgelu-ctx248:epoch_6.pt, open_clip:hf-hub:org/name, open_clip:local-dir:DIR,\n"
+                    "open_clip:local-dir:DIR:logs/run/checkpoints/epoch_1.pt: DIR's config, the run's weights);\n"
                     "mllm:FOLDER[:PROMPT], a CaRe / E5-V MLLM folder or vlr export under an EOL prompt (care, e5v);\n"
                     "or module:callable, an object with encode_text(texts) -> (N, D) (the module imported from\n"
                     "the current folder first; a class or function is called without arguments to make it).")

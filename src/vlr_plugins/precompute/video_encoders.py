@@ -54,7 +54,8 @@ def _raise_download_error(error: Exception) -> None:
 
 def open_clip_tower(model_name: str, pretrained: str | None, own_scheme: bool, *, what: str, setting: str) -> Any:
     """open_clip's ``model_name`` image tower (``pretrained``: a checkpoint file or a tag), frame-pooled;
-    ``own_scheme``: ``model_name`` is open_clip's ``hf-hub:`` / ``local-dir:`` name, which carries its weights."""
+    ``own_scheme``: ``model_name`` is open_clip's ``hf-hub:`` / ``local-dir:`` name, which carries its
+    config and weights (``pretrained`` then a checkpoint file whose weights replace them)."""
     from vlr_plugins.vision import FramePooledVideoEncoder
 
     builtin = not own_scheme
@@ -62,6 +63,19 @@ def open_clip_tower(model_name: str, pretrained: str | None, own_scheme: bool, *
         import open_clip
     except ImportError as e:
         raise tower_error(what, f"needs open_clip (pip install open_clip_torch): {e}") from None
+    if own_scheme:
+        from vlr_plugins.integrations.open_clip.text_model import check_own_scheme, create_own_scheme_model
+
+        check_own_scheme(model_name, pretrained, setting)
+        shown = f"{model_name}:{pretrained}" if pretrained else model_name
+        with loading_pretrained(shown, setting), _quiet_root_log():
+            try:
+                model = create_own_scheme_model(model_name, pretrained)
+            except (RuntimeError, ValueError, KeyError) as e:
+                _raise_download_error(e)
+                raise tower_error(what, f"cannot build it: {type(e).__name__}: {' '.join(str(e).split())[:300]}") \
+                    from None
+        return FramePooledVideoEncoder(tower=model)
     if builtin and model_name.replace("/", "-") not in open_clip.list_models():
         raise tower_error(what, f"open_clip has no model {model_name!r} "
                                  "(python -c 'import open_clip; print(open_clip.list_models())' lists them)")

@@ -143,3 +143,21 @@ def test_no_remote_code_leaves_out_the_sentence_transformers_module(tiny_model, 
     got = _load_plainly(out, images, tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(got["image"], reference.encode_image(images), rtol=0, atol=1e-6)
+
+
+def test_a_local_dir_model_exports_with_its_trained_checkpoint(tmp_path):
+    """``open_clip:local-dir:FOLDER:CHECKPOINT`` (the folder's config, an open_clip_train
+    checkpoint's weights): the export holds the checkpoint's weights under the folder's config."""
+    from vlr_plugins.integrations.open_clip.tiny import write_local_dir_model
+
+    folder = write_local_dir_model(tmp_path / "tiny-clip")
+    torch.manual_seed(4)
+    trained = open_clip.create_model(f"local-dir:{folder}", load_weights=False)
+    ckpt = _save_checkpoint(trained, tmp_path / "epoch_1.pt", ddp=True)
+    out = tmp_path / "export"
+    _export(f"open_clip:local-dir:{folder}:{ckpt}", out, "--no-remote-code")
+    config = json.loads((out / "open_clip_config.json").read_text())
+    assert config["model_cfg"] == json.loads((folder / "open_clip_config.json").read_text())["model_cfg"]
+    with safe_open(str(out / "open_clip_model.safetensors"), framework="pt") as f:
+        for key, value in trained.state_dict().items():
+            assert torch.equal(f.get_tensor(key), value), key

@@ -48,6 +48,21 @@ def test_a_budget_cuts_the_texts_and_pads_back_to_the_context(tiny):
         text_model.encode_text(TEXTS, max_tokens=40)
 
 
+def test_a_local_dir_folder_takes_a_trained_checkpoint(tiny, tmp_path):
+    # open_clip ignores `pretrained` for a local-dir: name; the spec's checkpoint replaces the folder's weights
+    torch.manual_seed(2)
+    trained = open_clip.create_model(f"local-dir:{tiny}", load_weights=False).eval()
+    torch.save({"epoch": 1, "state_dict": {f"module.{k}": v for k, v in trained.state_dict().items()}},
+               tmp_path / "epoch_1.pt")
+    text_model = load_text_model(f"open_clip:local-dir:{tiny}:{tmp_path / 'epoch_1.pt'}")
+    own = load_text_model(f"open_clip:local-dir:{tiny}")
+    tokens = open_clip.get_tokenizer(f"local-dir:{tiny}")(TEXTS)
+    with torch.no_grad():
+        expected = trained.encode_text(tokens)
+    assert torch.allclose(text_model.encode_text(TEXTS), expected, atol=1e-6)
+    assert not torch.allclose(own.encode_text(TEXTS), expected, atol=1e-3)
+
+
 def test_a_long_context_name_stretches_a_short_checkpoint_the_long_clip_way(tmp_path):
     # a base config registered under its own name, and a 24-position checkpoint of it
     config = tmp_path / "configs" / "vlr-test-tinyclip.json"

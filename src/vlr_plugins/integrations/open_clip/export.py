@@ -44,7 +44,8 @@ _PROBE_TEXTS = ["a photo of a dog running on the beach", "two people riding bicy
 
 
 def open_clip_model_config(model_name: str, context_length: int) -> dict[str, Any]:
-    """The open_clip config ``model_name`` (a known name, or ``<base>-ctx<N>``) is built from,
+    """The open_clip config ``model_name`` (a known name, ``<base>-ctx<N>``, or open_clip's
+    ``local-dir:`` / ``hf-hub:`` model, whose ``open_clip_config.json`` holds it) is built from,
     with ``context_length`` text positions (what the built model has)."""
     import open_clip
 
@@ -140,8 +141,10 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
     without it.
 
     ``out_dir`` must be absent, or (with ``overwrite``) an earlier export; it is written
-    beside itself and renamed into place. ``hf-hub:`` / ``local-dir:`` models are refused:
-    they already are Hub folders. ``sentence_transformers``: also write the sentence-transformers
+    beside itself and renamed into place. ``hf-hub:`` / ``local-dir:`` models are refused
+    (they already are Hub folders) unless a checkpoint follows them
+    (``open_clip:local-dir:tiny-clip:logs/tiny/checkpoints/epoch_1.pt``: the folder's config,
+    the checkpoint's weights). ``sentence_transformers``: also write the sentence-transformers
     files and module code (:func:`sentence_transformers_files`; ``vlr export --no-remote-code`` leaves
     them out, and the folder holds no code).
 
@@ -158,9 +161,10 @@ def export_open_clip(model_name: str, pretrained: str | None, own_scheme: bool, 
     from vlr_plugins.hf.export import check_export_target
     from vlr_plugins.integrations.open_clip.text_model import load_open_clip_text_model
 
-    if own_scheme:
+    if own_scheme and pretrained is None:
         raise UsageError(setting, f"{spec!r} is already an open_clip Hub model; `vlr push` a local-dir "
-                                  "folder as it is, or give open_clip:MODEL:CHECKPOINT")
+                                  "folder as it is, or give open_clip:MODEL:CHECKPOINT (or "
+                                  "open_clip:local-dir:FOLDER:CHECKPOINT)")
     out_dir = Path(out_dir)
     check_export_target(out_dir, overwrite=overwrite, flag=flag)
     text = load_open_clip_text_model(model_name, pretrained, own_scheme, spec=spec, setting=setting)

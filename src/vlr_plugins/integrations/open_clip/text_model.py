@@ -28,7 +28,8 @@ from vlr_plugins.errors import (
     refusing_pickled_weights,
 )
 
-__all__ = ["OpenCLIPTextModel", "check_local_dir", "load_open_clip_text_model"]
+__all__ = ["OpenCLIPTextModel", "check_checkpoint_file", "check_local_dir", "check_own_scheme",
+           "create_own_scheme_model", "load_open_clip_text_model"]
 
 _WEIGHTS = ("*.safetensors", "*.bin", "*.pth")  # what open_clip looks for in a local-dir folder
 
@@ -127,24 +128,66 @@ def _weights(name: str, base: str | None, pretrained: str, setting: str) -> None
                               f"(its tags: {', '.join(tags) or 'none'})")
 
 
-def _schema_weights(model_name: str, setting: str) -> None:
-    """An ``hf-hub:`` model's config and weights downloaded, a ``local-dir:`` folder's checked."""
+def check_checkpoint_file(checkpoint: str, setting: str) -> None:
+    """Raise unless ``checkpoint`` is a file torch reads with ``weights_only=True`` (or a
+    safetensors file): a folder, a missing file, a pickle of Python objects are one error each."""
+    if os.path.isdir(checkpoint):
+        raise UsageError(setting, f"{checkpoint} is a folder: give a checkpoint file (open_clip_train writes "
+                                  "logs/<name>/checkpoints/epoch_N.pt)")
+    if not os.path.isfile(checkpoint):
+        raise MissingFileError(f"{setting}: no checkpoint at {checkpoint}")
+    _checked_file(checkpoint)
+
+
+def check_own_scheme(model_name: str, checkpoint: str | None, setting: str) -> None:
+    """``hf-hub:ORG/REPO`` / ``local-dir:FOLDER`` (``model_name``) with ``checkpoint`` (or None)
+    checked before anything is built: without a checkpoint, the model's config and weights
+    (downloaded, or read from the folder); with one, the config alone and the checkpoint file."""
     from open_clip.pretrained import download_pretrained_from_hf
 
     if model_name.startswith("hf-hub:"):
         repo = model_name[len("hf-hub:"):]
         with loading_pretrained(repo, setting):
             download_pretrained_from_hf(repo, filename="open_clip_config.json")
-            download_pretrained_from_hf(repo)
-        return
-    check_local_dir(model_name, setting)
+            if checkpoint is None:
+                download_pretrained_from_hf(repo)
+    else:
+        check_local_dir(model_name, setting, weights=checkpoint is None)
+    if checkpoint is not None:
+        check_checkpoint_file(checkpoint, setting)
 
 
-def check_local_dir(model_name: str, setting: str) -> None:
+def create_own_scheme_model(model_name: str, checkpoint: str | None, *,
+                            device: str | torch.device = "cpu") -> torch.nn.Module:
+    """open_clip's ``hf-hub:`` / ``local-dir:`` model ``model_name``: its own weights, or (open_clip
+    ignoring ``pretrained`` for these names) ``checkpoint``'s, loaded as open_clip loads a
+    ``pretrained`` file (``open_clip.load_checkpoint``: ``weights_only=True``, an open_clip_train
+    checkpoint's ``state_dict`` taken and its ``module.`` prefixes dropped, a strict load).
+    Check the inputs first with :func:`check_own_scheme`."""
+    import logging
+
+    import open_clip
+
+    def _not_random(record: logging.LogRecord) -> bool:  # open_clip's "initialized randomly": the checkpoint follows
+        return checkpoint is None or not record.getMessage().startswith("No pretrained weights loaded")
+
+    root = logging.getLogger()
+    root.addFilter(_not_random)
+    try:
+        model = open_clip.create_model(model_name, load_weights=checkpoint is None, device=device)
+    finally:
+        root.removeFilter(_not_random)
+    if checkpoint is not None:
+        open_clip.load_checkpoint(model, checkpoint, weights_only=True, device=device)
+    return model
+
+
+def check_local_dir(model_name: str, setting: str, *, weights: bool = True) -> None:
     """Raise unless ``local-dir:FOLDER`` (``model_name``) is an open_clip model folder whose
     weights load without running code: ``open_clip_config.json`` and a weights file there, each
     ``.bin`` / ``.pth`` read with ``torch.load(weights_only=True)`` (memory-mapped),
-    each ``.safetensors`` by its header. One error names ``setting`` and the file; nothing is built."""
+    each ``.safetensors`` by its header (``weights=False``: the config alone, for a folder whose
+    weights a checkpoint replaces). One error names ``setting`` and the file; nothing is built."""
     import zipfile
 
     folder = Path(model_name[len("local-dir:"):])
@@ -152,6 +195,8 @@ def check_local_dir(model_name: str, setting: str) -> None:
         what = "no open_clip_config.json in it" if folder.is_dir() else "not a folder"
         raise MissingFileError(f"{setting}: no open_clip model at {folder} ({what}; open_clip's "
                                "save_pretrained or an hf-hub download writes one)")
+    if not weights:
+        return
     files = sorted({p for pattern in _WEIGHTS for p in folder.glob(pattern)})
     if not files:
         raise MissingFileError(f"{setting}: the open_clip model at {folder} holds no weights "
@@ -179,7 +224,9 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     ``<base>-ctx<N>`` (``ViT-L-14-ctx248``: a 77-token source is stretched the Long-CLIP way
     by :func:`~vlr_plugins.integrations.open_clip.create_long_context_model_and_transforms`,
     a 248-token Long-CLIP checkpoint loaded as is), ``hf-hub:org/name`` or
-    ``local-dir:/folder`` (these two carry their weights; nothing follows them). Long-CLIP's
+    ``local-dir:/folder`` (these two carry their config and weights; a ``CHECKPOINT`` after
+    them, ``open_clip:local-dir:tiny-clip:logs/tiny/checkpoints/epoch_1.pt``, replaces the
+    weights: :func:`create_own_scheme_model`). Long-CLIP's
     own ``longclip-B.pt`` / ``-L.pt`` (two positional tables) load as
     ``ViT-B-16-quickgelu-ctx248`` / ``ViT-L-14-quickgelu-ctx248``, their texts embedded as
     Long-CLIP's ``encode_text`` embeds them.
@@ -198,12 +245,12 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
         create_long_context_model_and_transforms,
     )
 
-    shown = model_name if own_scheme else f"{model_name}:{pretrained}"  # as the spec gives it
+    shown = f"{model_name}:{pretrained}" if pretrained else model_name  # as the spec gives it
     if own_scheme:
         base = None
         if not model_name.split(":", 1)[1]:
             raise UsageError(setting, f"{spec!r} needs a Hub id or a folder after {model_name!r}")
-        _schema_weights(model_name, setting)
+        check_own_scheme(model_name, pretrained, setting)
     else:
         if not model_name or not pretrained:
             raise UsageError(setting, f"expected open_clip:MODEL:CHECKPOINT_OR_TAG (e.g. open_clip:ViT-B-32:openai, "
@@ -212,7 +259,9 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
         _weights(model_name, base, pretrained, setting)
     try:
         with loading_pretrained(shown, setting):
-            if base is not None:
+            if own_scheme:
+                model = create_own_scheme_model(model_name, pretrained, device=device)
+            elif base is not None:
                 model = create_long_context_model_and_transforms(model_name, pretrained, train_new_only=False,
                                                                  device=device)[0]
             else:
@@ -220,8 +269,9 @@ def load_open_clip_text_model(model_name: str, pretrained: str | None, own_schem
     except RuntimeError as e:
         if "Error(s) in loading state_dict" not in str(e):
             raise
-        refuse_under_short_name(e, pretrained, setting=setting,
-                                give=f"open_clip:{long_clip_model_name(model_name)}:{pretrained}")
+        if not own_scheme:
+            refuse_under_short_name(e, pretrained, setting=setting,
+                                    give=f"open_clip:{long_clip_model_name(model_name)}:{pretrained}")
         gist = " ".join(str(e).split())[:300]
         raise ConfigError(f"{setting}: {pretrained} does not hold weights of open_clip model {model_name}: "
                           f"{gist}") from None
