@@ -1,4 +1,4 @@
-"""A command that answers at once: ``vlr --help``, every ``vlr VERB --help`` and the refusals
+"""A command that answers at once: ``vlr --help``, every ``vlr VERB --help``, ``vlr list`` and the refusals
 that need no model (a bad option or value, a recipe that is not there, a malformed ``--set``)
 import no torch, numpy, transformers, MMEngine or open_clip. One fresh interpreter runs the
 cases in turn through :func:`vlr_plugins.cli.main` and reports what each left in ``sys.modules``.
@@ -30,6 +30,7 @@ cases = [[*c, "--help"] for c in cases] + [
     ["eval", "--model", "blip:x", "--benchmarks", "b.yaml", "--batch-size", "zero"],
     ["train", "no/such/recipe"],
     ["train", "paragraph/c1", "--set", "train.epochs"],
+    ["list"],
 ]
 report = []
 for argv in cases:
@@ -71,5 +72,10 @@ def test_help_and_refusals_import_no_heavy_module(run):
     assert no_recipe["err"].strip().splitlines()[-1].startswith("error: no/such/recipe: no such file")
     bad_set = cases["train paragraph/c1 --set train.epochs"]
     assert bad_set["code"] == 2 and "error: --set: expected KEY=VALUE" in bad_set["err"]
+    listing = cases["list"]
+    assert listing["code"] == 0
+    for heading in ("losses:", "models:", "readers:", "metrics:", "recipes:"):
+        assert heading in listing["out"].splitlines()
+    assert "  paragraph/c5 " in listing["out"] and "(invalid" not in listing["out"]
     for case in run["cases"]:
         assert case["heavy"] == [], f"vlr {' '.join(case['argv'])} imported {case['heavy']}"

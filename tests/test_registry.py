@@ -105,3 +105,39 @@ def test_each_registry_imports_every_module_that_registers_into_it():
         reached = listed | {m for package in listed for m in _eager_imports(package)}
         missing = expected[kind] - reached
         assert not missing, f"{kind}: {sorted(missing)} register into it but vlr_plugins.registry does not list them"
+
+
+def test_the_shipped_index_lists_every_entry_as_the_registries_do():
+    """``vlr list`` reads names and descriptions from the index without importing the entries;
+    it must be what the registries hold (after a new or renamed entry: python -m vlr_plugins.registry)."""
+    import json
+
+    from vlr_plugins.registry import INDEX, all_registries, index_of
+
+    with open(INDEX, encoding="utf-8") as f:
+        shipped = json.load(f)
+    live = index_of(all_registries())
+    assert shipped == live, "src/vlr_plugins/_registry_index.json is stale: run python -m vlr_plugins.registry"
+    for kind, reg in all_registries().items():
+        assert [(e.name, e.description) for e in reg.summaries()] == [(r["name"], r["description"]) for r in live[kind]]
+
+
+def test_summaries_come_from_the_index_until_the_modules_are_imported_and_keep_new_entries(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from vlr_plugins.registry import LOSSES\n"
+        "before = [e.name for e in LOSSES.summaries('*NCE*')]\n"
+        "@LOSSES.register(name='ZZNCELoss')\n"
+        "class Z:\n    'A loss of a user module.'\n"
+        "after = [(e.name, e.description) for e in LOSSES.summaries('ZZ*')]\n"
+        "print(json.dumps({'before': before, 'after': after, 'torch': 'torch' in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(vlr_plugins.__file__).parents[1])})
+    got = json.loads(out.stdout)
+    assert not got["torch"] and "InfoNCELoss" in got["before"]
+    assert got["after"] == [["ZZNCELoss", "A loss of a user module."]]

@@ -19,8 +19,6 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-import yaml
-
 from vlr_plugins.errors import run_cli
 
 __all__ = ["main"]
@@ -44,7 +42,9 @@ _AREAS = (
 )
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from vlr_plugins.recipe import list_recipes, load_recipe
+    from vlr_plugins._io import read_yaml
+    from vlr_plugins.recipe import list_recipes
+    from vlr_plugins.recipe.loading import recipe_description
     from vlr_plugins.registry import all_registries
 
     if getattr(args, "name", None):
@@ -55,18 +55,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         if kind == "recipes":
             for name, path in list_recipes().items():
                 try:
-                    with open(path, encoding="utf-8") as f:
-                        native = (yaml.safe_load(f) or {}).get("vlr")
+                    native = (read_yaml(path) or {}).get("vlr")
                     if isinstance(native, dict):  # a trainer's own config (LAVIS run config, CaRe's MMEngine config)
                         label = native.get("kind") or name.split("/")[0]
                         desc = f"[{'LAVIS' if label == 'lavis' else label}] {native['description']}"
                     else:
-                        desc = load_recipe(path).description
+                        desc = recipe_description(path)
                 except Exception as e:  # a broken shipped recipe is shown, not hidden
                     desc = f"(invalid: {e})"
                 print(f"  {name:<28} {desc}")
         else:
-            for e in all_registries()[kind].entries(args.pattern):
+            for e in all_registries()[kind].summaries(args.pattern):
                 print(f"  {e.name:<28} {e.description}")
     return 0
 

@@ -11,13 +11,21 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
+import json
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Entry", "Registry", "LOSSES", "MODELS", "READERS", "METRICS", "all_registries"]
+__all__ = ["Entry", "Registry", "LOSSES", "MODELS", "READERS", "METRICS", "all_registries", "index_of", "INDEX"]
+
+# what ``vlr list`` shows without importing the entries (torch, transformers): every shipped
+# entry's name, description and module, written by ``python -m vlr_plugins.registry`` and
+# checked against the registries themselves by tests/test_registry.py
+INDEX = Path(__file__).with_name("_registry_index.json")
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,20 @@ class Registry:
         for m in self._modules:
             importlib.import_module(m)
 
+    def summaries(self, pattern: str = "*") -> list[Entry]:
+        """The entries matching ``pattern`` for a listing, each with ``obj=None``: from the shipped
+        index (:data:`INDEX`) while the registering modules are not imported yet, so a listing
+        imports no torch; from the registry itself once they are (entries registered since,
+        by a user's module, included)."""
+        if all(m in sys.modules for m in self._modules) or not INDEX.is_file():
+            return [Entry(e.name, None, e.description, e.module) for e in self.entries(pattern)]
+        with open(INDEX, encoding="utf-8") as f:
+            rows = json.load(f).get(self.kind, [])
+        extra = {k: e for k, e in self._entries.items() if not any(r["name"] == k for r in rows)}
+        out = [Entry(r["name"], None, r["description"], r["module"]) for r in rows]
+        out += [Entry(e.name, None, e.description, e.module) for e in extra.values()]
+        return sorted((e for e in out if fnmatch.fnmatch(e.name, pattern)), key=lambda e: e.name)
+
     def get(self, name: str) -> Any:
         self._load()
         try:
@@ -135,3 +157,21 @@ METRICS = Registry("metrics", ("vlr_plugins.eval.retrieval", "vlr_plugins.eval.r
 
 def all_registries() -> dict[str, Registry]:
     return {r.kind: r for r in (LOSSES, MODELS, READERS, METRICS)}
+
+
+def index_of(registries: dict[str, Registry]) -> dict[str, list[dict[str, str]]]:
+    """``{kind: [{name, description, module}, ...]}`` of every entry, sorted by name: :data:`INDEX`."""
+    return {kind: [{"name": e.name, "description": e.description, "module": e.module} for e in reg.entries()]
+            for kind, reg in registries.items()}
+
+
+def _write_index() -> None:
+    from vlr_plugins._io import atomic_write_text
+    from vlr_plugins.registry import INDEX as index, all_registries as registries  # the package's own module
+
+    atomic_write_text(index, json.dumps(index_of(registries()), indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {index}")
+
+
+if __name__ == "__main__":
+    _write_index()

@@ -19,20 +19,20 @@ from typing import Any
 
 import yaml
 
+from vlr_plugins._io import read_yaml
 from vlr_plugins._shipped import shipped_dirs
 from vlr_plugins.recipe.errors import RecipeError, Source
 from vlr_plugins.recipe.overrides import Overrides, ValueSources
 from vlr_plugins.recipe.schema import Recipe
 from vlr_plugins.recipe.validation import SCHEMA, check_keys, recipe_from_dict
 
-__all__ = ["load_recipe", "recipe_dirs", "list_recipes", "find_recipe"]
+__all__ = ["load_recipe", "recipe_description", "recipe_dirs", "list_recipes", "find_recipe"]
 
 
 def _read_yaml(path: Path, shown: Path) -> dict[str, Any]:
     """The mapping in ``path``; errors name it as ``shown``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
+        raw = read_yaml(path)
     except FileNotFoundError:
         raise RecipeError(shown, "", "file not found") from None
     except IsADirectoryError:
@@ -132,6 +132,18 @@ def load_recipe(
             raise
         raise RecipeError(blamed, e.key, e.message) from None
     return recipe.replace(sources=sources)
+
+
+def recipe_description(path_or_name: str | os.PathLike) -> str:
+    """A recipe's ``description`` (its ``_base_`` chain merged, every file's keys checked) without
+    validating its values, which needs the registered losses and models (torch): what
+    ``vlr list recipes`` shows. A recipe with a bad value still fails :func:`load_recipe`."""
+    path = find_recipe(path_or_name)
+    raw, _ = _load_with_bases(path, ValueSources(Source(str(path))))
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise RecipeError(path, "description", f"expected a string, found {type(description).__name__}")
+    return description
 
 
 def recipe_dirs() -> list[Path]:
