@@ -72,6 +72,10 @@ def items(name: str, n: int) -> list:
 
 
 
+def _share(value: str) -> float | None:
+    return None if value == "none" else float(value)
+
+
 def run(name: str, args: argparse.Namespace) -> dict:
     from _tiny_mllm import tiny_qwen2vl
 
@@ -83,10 +87,11 @@ def run(name: str, args: argparse.Namespace) -> dict:
     model = model.to(device=args.device, dtype=getattr(torch, args.dtype))
     kw = dict(model=model, processor=processor, min_pixels=28 * 28, max_pixels=56 * 56)
     old = EOLEmbedder(batch_size=None, **kw)
-    new = EOLEmbedder(batch_size=args.batch, max_batch_tokens=args.max_batch_tokens, **kw)
+    new = EOLEmbedder(batch_size=args.batch, max_batch_tokens=args.max_batch_tokens,
+                      **({} if args.max_padding == "default" else {"max_padding": _share(args.max_padding)}), **kw)
     out = {"config": name, "hidden": hidden, "layers": layers, "device": args.device, "dtype": args.dtype,
            "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "batch": args.batch,
-           "max_batch_tokens": args.max_batch_tokens, "n": args.n}
+           "max_batch_tokens": args.max_batch_tokens, "max_padding": new.max_padding, "n": args.n}
     for set_name in args.sets:
         modality = set_name.split("-")[0]
         data = items(set_name, args.n)
@@ -105,7 +110,8 @@ def run(name: str, args: argparse.Namespace) -> dict:
                 best[mode] = min(best[mode], time.perf_counter() - start)
         text, media = new._prepare(modality, data)
         counts = new.token_counts(modality, text, media)
-        groups = length_batches(counts, batch_size=args.batch, max_tokens=args.max_batch_tokens)
+        groups = length_batches(counts, batch_size=args.batch, max_tokens=args.max_batch_tokens,
+                                max_padding=new.max_padding)
         r = {f"{m}_per_s": len(data) / best[m] for m in MODES}
         r.update(old_ratio=best["1-by-1"] / best["old"], sorted_ratio=best["1-by-1"] / best["sorted"],
                  sorted_vs_old=best["old"] / best["sorted"],
@@ -129,6 +135,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=32, help="items per set")
     parser.add_argument("--batch", type=int, default=16, help="items per forward (old chunks; sorted batches)")
     parser.add_argument("--max-batch-tokens", type=int, help="the sorted batches' token budget (default none)")
+    parser.add_argument("--max-padding", default="default",
+                        help="the sorted batches' padding share: a fraction, 'none', or 'default' (the embedder's)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
@@ -136,6 +144,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     machine = {"machine": describe(), "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()}
+    print(f"max padding of the sorted batches: {args.max_padding}")
     print(f"{machine['machine']}; torch {torch.__version__}, {machine['torch_threads']} threads; "
           f"load average {' '.join(f'{x:.1f}' for x in machine['load_before'])}")
     print(f"{'config':<6} {'set':<11} {'tokens':>8} {'1-by-1/s':>9} {'old/s':>7} {'sorted/s':>8} "

@@ -209,7 +209,7 @@ MIXED_TEXTS = ["A dog.", "A man slices a watermelon on a wooden table, then eats
 
 
 def test_a_call_is_cut_into_length_sorted_batches_and_comes_back_in_order(tiny_vl):
-    emb = embedder(tiny_vl, batch_size=2, max_batch_tokens=400)
+    emb = embedder(tiny_vl, batch_size=2, max_batch_tokens=400, max_padding=None)
     prompts = emb.prompts("text", MIXED_TEXTS)
     lengths = emb.token_counts("text", prompts)
     assert lengths == [int(emb.inputs("text", [t])["attention_mask"].sum()) for t in MIXED_TEXTS]
@@ -224,6 +224,10 @@ def test_a_call_is_cut_into_length_sorted_batches_and_comes_back_in_order(tiny_v
     # one batch for the whole call (the old way) pads every text to the longest: same rows
     whole = embedder(tiny_vl, batch_size=None)
     torch.testing.assert_close(whole.encode_text(MIXED_TEXTS), one_by_one, atol=1e-5, rtol=0)
+    # the default padding bound (10 %) cuts these spread lengths finer: same rows
+    bounded = embedder(tiny_vl)
+    assert bounded.max_padding == 0.1
+    torch.testing.assert_close(bounded.encode_text(MIXED_TEXTS), one_by_one, atol=1e-5, rtol=0)
 
 
 def test_videos_of_mixed_lengths_are_batched_by_vision_tokens(tiny_vl):
@@ -258,3 +262,5 @@ def test_batch_limits_are_checked(tiny_vl):
         embedder(tiny_vl, batch_size=0)
     with pytest.raises(ConfigError, match=r"max_batch_tokens must be an integer >= 1 or None .no limit., found 1.5"):
         embedder(tiny_vl, max_batch_tokens=1.5)
+    with pytest.raises(ConfigError, match=r"EOLEmbedder: max_padding must be a fraction in \[0, 1\) or None"):
+        embedder(tiny_vl, max_padding=1.0)

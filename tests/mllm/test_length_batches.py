@@ -34,6 +34,26 @@ def test_limits_none_and_ties_and_items_over_the_budget():
         length_batches([1], batch_size=0)
 
 
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.3])
+def test_each_batch_keeps_its_padding_within_the_share_and_takes_every_item_that_fits(share):
+    rng = random.Random(1)
+    lengths = [rng.choice([rng.randint(4, 12), rng.randint(25, 300)]) for _ in range(300)]
+    batches = length_batches(lengths, batch_size=16, max_padding=share)
+    assert [lengths[i] for b in batches for i in b] == sorted(lengths, reverse=True)
+
+    def padding(b):
+        return 1 - sum(lengths[i] for i in b) / (len(b) * max(lengths[i] for i in b))
+
+    for b, after in zip(batches, batches[1:] + [None]):
+        assert len(b) <= 16 and padding(b) <= share + 1e-12
+        if after is not None and len(b) < 16:  # closed by the share: the next item would not fit
+            assert padding(b + after[:1]) > share
+    if share == 0.0:
+        assert all(len({lengths[i] for i in b}) == 1 for b in batches)
+    with pytest.raises(ValueError, match=r"max_padding must be a fraction in \[0, 1\) or None"):
+        length_batches([1], max_padding=1.5)
+
+
 def test_results_come_back_in_input_order():
     lengths = [5, 40, 6, 38, 7]
     batches = length_batches(lengths, batch_size=2)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlr_plugins.errors import ConfigError, loading_pretrained
-from vlr_plugins.mllm.length_batches import check_batch_limits, length_batches
+from vlr_plugins.mllm.length_batches import check_batch_limits, check_max_padding, length_batches
 from vlr_plugins.mllm.media_input import (
     VideoInput,
     clip_pixels,
@@ -85,8 +85,8 @@ class EOLEmbedder(nn.Module):
 
     Batching: ``encode_*`` sort a call's items by prompt length in tokens (vision tokens
     included) and run them in batches of at most ``batch_size`` items and
-    ``max_batch_tokens`` padded tokens (``None``: no limit), so each batch pays for its own
-    longest item, not the call's; rows come back in the call's order, equal to one item at
+    ``max_batch_tokens`` padded tokens, with at most a ``max_padding`` share of padding
+    (``None``: no limit), so each batch pays for its own longest item, not the call's; rows come back in the call's order, equal to one item at
     a time (to float rounding: tested to 1e-5). A budget also bounds the memory of long
     captions and clips (docs/benchmarks.md, "MLLM embeddings").
 
@@ -128,6 +128,7 @@ class EOLEmbedder(nn.Module):
         max_pixels: int | None = None,
         batch_size: int | None = 32,
         max_batch_tokens: int | None = None,
+        max_padding: float | None = 0.1,
     ) -> None:
         super().__init__()
         if kind not in MODEL_KINDS:
@@ -154,10 +155,12 @@ class EOLEmbedder(nn.Module):
         self.max_text_tokens = max_text_tokens
         try:
             check_batch_limits(batch_size, max_batch_tokens, "EOLEmbedder")
+            check_max_padding(max_padding, "EOLEmbedder")
         except ValueError as e:
             raise ConfigError(str(e)) from None
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
+        self.max_padding = max_padding
         spec = self.prompt.video_input
         overrides = dict(num_frames=num_frames, strategy=frame_strategy, frame_repeat=frame_repeat,
                          min_pixels=min_pixels, max_pixels=max_pixels)
@@ -310,7 +313,7 @@ class EOLEmbedder(nn.Module):
             batches = [list(range(len(text)))]
         else:
             batches = length_batches(self.token_counts(modality, text, media), batch_size=self.batch_size,
-                                     max_tokens=self.max_batch_tokens)
+                                     max_tokens=self.max_batch_tokens, max_padding=self.max_padding)
         out: torch.Tensor | None = None
         for batch in batches:
             part = None if media is None else [media[i] for i in batch]

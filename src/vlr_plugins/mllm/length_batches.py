@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["check_batch_limits", "in_input_order", "length_batches"]
+__all__ = ["check_batch_limits", "check_max_padding", "in_input_order", "length_batches"]
 
 T = TypeVar("T")
 
@@ -30,12 +30,22 @@ def check_batch_limits(batch_size: int | None, max_tokens: int | None, where: st
             raise ValueError(f"{where}: {name} must be an integer >= 1 or None (no limit), found {value!r}")
 
 
-def length_batches(lengths: Sequence[int], *, batch_size: int | None = None,
-                   max_tokens: int | None = None) -> list[list[int]]:
+def check_max_padding(max_padding: float | None, where: str) -> None:
+    """``max_padding`` is ``None`` or a number in [0, 1); else a ``ValueError`` naming ``where``."""
+    if max_padding is not None and (isinstance(max_padding, bool) or not isinstance(max_padding, (int, float))
+                                    or not 0 <= max_padding < 1):
+        raise ValueError(f"{where}: max_padding must be a fraction in [0, 1) or None (no limit), found {max_padding!r}")
+
+
+def length_batches(lengths: Sequence[int], *, batch_size: int | None = None, max_tokens: int | None = None,
+                   max_padding: float | None = None) -> list[list[int]]:
     """The indices of ``lengths`` in batches: sorted by length, longest first (ties in input
-    order), each batch at most ``batch_size`` items and at most ``max_tokens`` padded tokens
+    order), each batch at most ``batch_size`` items, at most ``max_tokens`` padded tokens
     (``items x the batch's longest``; an item longer than ``max_tokens`` is a batch of its
-    own). ``None``: no limit of that kind. Every index appears once.
+    own) and at most a ``max_padding`` share of padding (``1 - real tokens / padded tokens``:
+    where lengths spread, as in a small call of queries beside paragraphs, a batch stops
+    before its padding costs more than batching saves). ``None``: no limit of that kind.
+    Every index appears once.
 
     Example::
 
@@ -43,19 +53,27 @@ def length_batches(lengths: Sequence[int], *, batch_size: int | None = None,
         [[1, 3], [4, 2], [0]]
         >>> length_batches([5, 40, 6, 38, 7], max_tokens=80)
         [[1, 3], [4, 2, 0]]
+        >>> length_batches([5, 40, 6, 38, 7], max_padding=0.25)
+        [[1, 3], [4, 2, 0]]
     """
     check_batch_limits(batch_size, max_tokens, "length_batches", ("batch_size", "max_tokens"))
+    check_max_padding(max_padding, "length_batches")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
+    real = 0  # the current batch's real tokens
     for i in order:
         current = batches[-1] if batches else None
         # sorted longest first, so a batch's first item is its longest
+        padded = None if current is None else (len(current) + 1) * max(lengths[current[0]], 1)
         full = current is None or (batch_size is not None and len(current) >= batch_size) or (
-            max_tokens is not None and (len(current) + 1) * max(lengths[current[0]], 1) > max_tokens)
+            max_tokens is not None and padded > max_tokens) or (
+            max_padding is not None and padded - real - lengths[i] > max_padding * padded)
         if full:
             batches.append([i])
+            real = lengths[i]
         else:
             current.append(i)
+            real += lengths[i]
     return batches
 
 
