@@ -196,6 +196,16 @@ def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> t
     if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
             and not (rows.requires_grad or cols.requires_grad) and choice() == "numpy"):
         _product("numpy", rows, cols, out)
+    elif out.device.type == "cpu" and out.shape[1] == 1 and torch.get_num_threads() > 1:
+        # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores
+        # depending on where they sit (seen on an AVX-512 Xeon), which would break the tie rule;
+        # on one thread it does not, and a product this small gains nothing from threads
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            torch.mm(rows, cols.T, out=out)
+        finally:
+            torch.set_num_threads(before)
     else:
         torch.mm(rows, cols.T, out=out)
     return out
