@@ -547,9 +547,12 @@ def _over_engine(median: dict, method: str) -> float | None:
 
 def print_cpu_table(records: list[dict]) -> None:
     from vlr_plugins.eval._cpu_blas import choice
+    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_cache_bytes
 
-    print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, D = {D}, float32; "
-          "medians over alternated rounds\n")
+    l2 = l2_cache_bytes()
+    print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, engine tile "
+          f"{cpu_tile_elems_per_thread() * 8 / 2**20:g} MiB a thread (L2 {l2 // 2**10 if l2 else '?'} KiB), "
+          f"D = {D}, float32; medians over alternated rounds\n")
     print("| items x texts | method | runs | median wall time (s) | best (s) | median / chunk | median / floor "
           "| median / fastest multiply | median / engine | peak extra memory (MiB) | load avg (median) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -7,6 +7,8 @@ docstring states, with the profiler's record of every tensor allocation on CPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -18,7 +20,11 @@ from vlr_plugins.eval._tiles import (
     UnitRows,
     count_above,
     count_accumulators,
+    cpu_tile_elems_per_thread,
+    elems_for_l2,
     exact_matmuls,
+    l2_cache_bytes,
+    tile_budget,
     tile_shape,
 )
 
@@ -41,14 +47,29 @@ def test_a_tile_and_its_work_buffer_fit_the_budget(budget, n, m):
             assert 1 <= rows <= n and 1 <= cols <= m, where
             assert rows * cols * BYTES_PER_TILE_ELEM <= budget, where
             most = budget // BYTES_PER_TILE_ELEM
-            if device.type == "cpu":  # each thread's share stays cache-sized: 4 MiB
-                assert rows * cols * BYTES_PER_TILE_ELEM <= threads * 4 * 2**20, where
-                most = min(most, threads * 4 * 2**20 // BYTES_PER_TILE_ELEM)
+            if device.type == "cpu":  # each thread's share stays cache-sized: this machine's L2 in scores
+                per_thread = elems_for_l2(l2_cache_bytes())
+                assert rows * cols <= threads * per_thread, where
+                most = min(most, threads * per_thread)
             if chunk_size is not None:  # chunk_size fixes the items per tile, within the budget
                 assert rows == min(chunk_size, n, most), where
             else:  # evened out: the padding of the edge tiles is less than one row (column) per tile
                 row_tiles, col_tiles = -(-n // rows), -(-m // cols)
                 assert row_tiles * rows - n < row_tiles and col_tiles * cols - m < col_tiles, where
+
+
+def test_the_cpu_share_of_a_thread_follows_the_l2_the_os_reports():
+    # as many float32 scores as the L2 holds, within [64 Ki, 2 Mi] elements; unknown: a 2 MiB L2
+    assert elems_for_l2(2 * 2**20) == 2**19  # the Intel Xeon the constant was measured on: 4 MiB a thread
+    assert elems_for_l2(512 * 2**10) == 2**17 and elems_for_l2(2**20) == 2**18  # Zen 3, Zen 4
+    assert elems_for_l2(None) == elems_for_l2(0) == 2**19
+    assert elems_for_l2(64 * 2**10) == 2**16 and elems_for_l2(64 * 2**20) == 2**21
+    assert cpu_tile_elems_per_thread() == elems_for_l2(l2_cache_bytes())
+    sysfs = Path("/sys/devices/system/cpu/cpu0/cache/index2/size")
+    if sysfs.is_file():  # Linux: what lscpu reads
+        text = sysfs.read_text().strip()
+        assert l2_cache_bytes() == int(text[:-1]) * {"K": 2**10, "M": 2**20}[text[-1]]
+    assert tile_budget(max_chunk_bytes=2**40, device=CPU, threads=3) == 3 * cpu_tile_elems_per_thread()
 
 
 def test_the_cpu_tile_defaults_to_the_number_of_threads():

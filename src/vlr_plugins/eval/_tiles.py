@@ -11,8 +11,10 @@ in ``max_chunk_bytes`` (:func:`tile_shape`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
@@ -20,16 +22,16 @@ from vlr_plugins.eval._tile_workers import tile_workers
 
 #: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
 BYTES_PER_TILE_ELEM = 8
-_CPU_TILE_ELEMS_PER_THREAD = 2**19  # each thread's share of the two tile buffers: 4 MiB (measured, docs/benchmarks.md)
+_DEFAULT_L2_BYTES = 2 * 2**20  # where the OS does not say (the L2 of the machine the rule was measured on)
 _NORM_ROWS = 4096  # rows normalised at a time, so that no whole float32 copy is made
 
 
 def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torch.device,
                chunk_size: int | None = None, threads: int | None = None) -> tuple[int, int]:
     """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
-    on CPU also at most 4 MiB per thread (``threads``, default ``torch.get_num_threads()``),
-    so that each thread's share of the element-wise passes stays in cache while their fixed
-    costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
+    on CPU also at most :func:`cpu_tile_elems_per_thread` elements per thread (``threads``,
+    default ``torch.get_num_threads()``), so that each thread's share of the element-wise
+    passes stays in its core's cache while their fixed costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
     tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
@@ -41,11 +43,43 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
 
 def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None) -> int:
     """Score elements one tile may hold: a tile and its work buffer within ``max_chunk_bytes``,
-    and on CPU at most 4 MiB per thread (``threads``, default ``torch.get_num_threads()``)."""
+    and on CPU at most :func:`cpu_tile_elems_per_thread` per thread (``threads``, default
+    ``torch.get_num_threads()``)."""
     tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
     if torch.device(device).type == "cpu":
-        tile_elems = min(tile_elems, _CPU_TILE_ELEMS_PER_THREAD * (threads or torch.get_num_threads()))
+        tile_elems = min(tile_elems, cpu_tile_elems_per_thread() * (threads or torch.get_num_threads()))
     return tile_elems
+
+
+def l2_cache_bytes(cpu: int = 0) -> int | None:
+    """The L2 cache of logical CPU ``cpu`` in bytes, as Linux reports it (sysfs), or ``None``."""
+    root = Path(f"/sys/devices/system/cpu/cpu{cpu}/cache")
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "level").read_text().strip() == "2" and \
+                    (index / "type").read_text().strip() in ("Unified", "Data"):
+                size = (index / "size").read_text().strip()
+                unit = {"K": 2**10, "M": 2**20}.get(size[-1:].upper(), 1)
+                return int(size.rstrip("KkMm")) * unit
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def elems_for_l2(l2_bytes: int | None) -> int:
+    """Score elements per thread for a core with ``l2_bytes`` of L2: as many float32 scores as
+    the L2 holds (the tile's work buffer, which each element-wise pass reads and writes, then
+    stays near it), within [64 Ki, 2 Mi] elements; ``None`` (unknown): a 2 MiB L2. On the
+    Intel Xeon of docs/benchmarks.md (2 MiB L2) this is the measured 4 MiB a thread
+    (tile + buffer); on a Zen 3 core (512 KiB L2), 1 MiB."""
+    l2 = l2_bytes if l2_bytes and l2_bytes > 0 else _DEFAULT_L2_BYTES
+    return min(max(l2 // 4, 2**16), 2**21)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_tile_elems_per_thread() -> int:
+    """:func:`elems_for_l2` of this machine's L2 (read once)."""
+    return elems_for_l2(l2_cache_bytes())
 
 
 def _even_split(total: int, most: int) -> int:
