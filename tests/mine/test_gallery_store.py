@@ -108,3 +108,51 @@ def test_a_rerun_of_a_finished_gallery_shard_and_a_requeue_after_the_merge_do_no
     vlr_mine("paragraph", tmp_path / "train.jsonl", "--model", MODEL, "--gallery-store", tmp_path / "g",
              "--out", tmp_path / "out.jsonl")
     assert (tmp_path / "g" / "index.json").read_bytes() == stored  # mining reads the store only
+
+
+FLAKY = '''
+import os
+
+from _bow_model import BagOfWords
+
+
+class Flaky(BagOfWords):
+    """BagOfWords that logs each call to FLAKY_LOG, stopped (as by a kill) at call FLAKY_STOP_AT."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode_text(self, texts):
+        self.calls += 1
+        if os.environ.get("FLAKY_STOP_AT") == str(self.calls):
+            raise KeyboardInterrupt
+        with open(os.environ["FLAKY_LOG"], "a") as log:
+            log.write(f"{len(texts)}\\n")
+        return super().encode_text(texts)
+'''
+
+
+def test_a_stopped_gallery_shard_keeps_its_batches_and_the_same_command_finishes_it(tmp_path, monkeypatch):
+    from vlr_plugins.data.resumable_store import read_store_progress
+
+    paragraph_corpus(tmp_path / "train.jsonl")
+    (tmp_path / "_flaky_text_model.py").write_text(FLAKY)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("FLAKY_LOG", str(log))
+    common = ["mine", "paragraph", "train.jsonl", "--model", "_flaky_text_model:Flaky", "--batch-size", "4"]
+    code, _, stderr = run_vlr([*common, "--gallery-store", "one", "--embed-gallery"], cwd=tmp_path)
+    assert code == 0, stderr
+    shard = [*common, "--gallery-store", "g", "--embed-gallery", "--shard-index", "1", "--shard-count", "2"]
+    monkeypatch.setenv("FLAKY_STOP_AT", "3")
+    code, _, stderr = run_vlr(shard, cwd=tmp_path)
+    assert code != 0
+    part = tmp_path / ".g.shards" / "part-00001-of-00002"
+    assert len(read_store_progress(part).ids) == 8  # its first two batches, durable
+    monkeypatch.delenv("FLAKY_STOP_AT")
+    log.unlink()
+    code, _, stderr = run_vlr(shard, cwd=tmp_path)
+    assert code == 0, stderr
+    assert log.read_text().split() == ["4"] * 3 + ["2"]  # shard 1's 22 texts: only its missing batches
+    code, _, stderr = run_vlr([*shard[:-4], "--shard-index", "0", "--shard-count", "2"], cwd=tmp_path)
+    assert code == 0, stderr
+    assert same_tree(tmp_path / "one", tmp_path / "g")

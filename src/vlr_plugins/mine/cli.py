@@ -309,7 +309,11 @@ def add_cli(sub: Any) -> None:
                     "mine a contiguous range of the queries against the whole gallery into a part beside\n"
                     "--out; a rerun redoes only missing parts; the last shard to finish (or --merge-only)\n"
                     "writes --out; a task run again after that (a requeue) finds --out written by the same\n"
-                    "run and does nothing. --engine ray runs the same shards as Ray tasks.")
+                    "run and does nothing. --engine ray runs the same shards as Ray tasks.\n"
+                    "The gallery embedded once (docs/eval.md): the same command with --gallery-store STORE\n"
+                    "--embed-gallery (no --out; sharded as above, each shard embedding whole batches of the\n"
+                    "gallery, the last merging) writes it; then with --gallery-store STORE --out OUT every\n"
+                    "shard reads it and embeds only its queries, the output byte for byte the same.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,

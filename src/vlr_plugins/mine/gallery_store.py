@@ -36,7 +36,7 @@ __all__ = ["GALLERY_KEY", "check_query_width", "embed_gallery", "gallery_meta", 
 GALLERY_KEY = "mine_gallery"
 #: store meta key -> the option that sets it (named when a store or a part differs)
 _OPTIONS = {"model": "--model", "tokenizer": "--tokenizer", "max_tokens": "--max-tokens",
-            "model_dtype": "--model-dtype", "dim": "--model", "dtype": "--model",
+            "model_dtype": "--model-dtype", "batch_size": "--batch-size", "dim": "--model", "dtype": "--model",
             f"{GALLERY_KEY}": "INPUT / --pool / --query", "shard.count": "--shard-count",
             "shard.batch_size": "--batch-size", "shard.items": "INPUT / --pool / --query",
             "shard.inputs": "INPUT / --pool / --query", "shard.layout": "--embed-gallery"}
@@ -47,9 +47,8 @@ _LAYOUT = {"writer": "store", "shard_size": 100_000}  # one process' EmbeddingSt
 def gallery_meta(task, args: argparse.Namespace) -> dict[str, Any]:
     """The store's meta: the model settings as given, and the gallery (its size and the SHA-256
     of its texts in gallery order) with the batch size it was embedded in."""
-    return {**{key: getattr(args, key) for key in _CHECKED},
-            GALLERY_KEY: {"texts": len(task.gallery), "sha256": inputs_digest(task.gallery),
-                          "batch_size": args.batch_size}}
+    return {**{key: getattr(args, key) for key in _CHECKED}, "batch_size": args.batch_size,
+            GALLERY_KEY: {"texts": len(task.gallery), "sha256": inputs_digest(task.gallery)}}
 
 
 def _unfinished(path: Path) -> str | None:
@@ -87,10 +86,13 @@ def open_gallery_store(path: str | os.PathLike[str], task, args: argparse.Namesp
                                      "its ids are the gallery texts)", field=f"meta.{GALLERY_KEY}")
     for key in _CHECKED:
         if store.meta.get(key) != getattr(args, key):
-            raise DataFormatError(index, f"the gallery was embedded with {_OPTIONS[key]} {store.meta.get(key)!r}, "
-                                         f"this run gives {getattr(args, key)!r}: not one embedding space; embed it "
-                                         "again (--embed-gallery) or mine with the same settings",
-                                  field=f"meta.{key}")
+            def given(value: Any) -> str:
+                return "not given" if value is None else repr(value)
+
+            raise DataFormatError(index, f"the gallery was embedded with {_OPTIONS[key]} "
+                                         f"{given(store.meta.get(key))}, this run gives {given(getattr(args, key))}: "
+                                         "not one embedding space; embed it again (--embed-gallery) or mine with the "
+                                         "same settings", field=f"meta.{key}")
     if store.dtype != torch.float32:
         raise DataFormatError(index, f"holds {str(store.dtype).removeprefix('torch.')} rows; a gallery store is "
                                      "float32 (the rows mining embeds)", field="dtype")
@@ -98,11 +100,13 @@ def open_gallery_store(path: str | os.PathLike[str], task, args: argparse.Namesp
         raise DataFormatError(index, f"holds {len(store)} texts, the gallery of {args.input} has "
                                      f"{len(task.gallery)} (another corpus, --pool or --query); embed it again",
                               field="count")
-    if stored.get("sha256") != inputs_digest(task.gallery):
-        missing = next((t for t in task.gallery if t not in store), None)
-        what = f"e.g. not {missing!r}" if missing is not None else "in another order"
-        raise DataFormatError(index, f"holds another gallery than that of {args.input} ({what}; another corpus, "
+    missing = next((t for t in task.gallery if t not in store), None)
+    if missing is not None:
+        raise DataFormatError(index, f"has no row for the gallery text {missing!r} of {args.input} (another corpus, "
                                      "--pool or --query); embed it again", field="ids")
+    if stored.get("sha256") != inputs_digest(task.gallery):  # the same texts, batched in another order
+        raise DataFormatError(index, f"was embedded from the gallery of {args.input} in another order; embed it "
+                                     "again", field=f"meta.{GALLERY_KEY}")
     store.check(task.gallery)  # every shard file there, of the shape index.json says
     return store
 
