@@ -24,8 +24,6 @@ def _check_paths(args: argparse.Namespace) -> str | None:
     a sharded run's ``--out`` already written by this very run: the message saying so."""
     writes = FORMATS[args.format][1]
     _check_input(args)
-    if args.out is None:
-        raise UsageError("--out", "needed: the corpus to write (--embed-gallery writes --gallery-store instead)")
     if Path(args.out).suffix.lower() != writes:
         raise UsageError("--out", f"{args.format} corpora are written as {writes}; found {args.out}")
     if os.path.exists(args.out) and os.path.samefile(args.out, args.input):
@@ -39,6 +37,19 @@ def _check_paths(args: argparse.Namespace) -> str | None:
             raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
         return done
     return None
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    """Mining writes --out; --embed-gallery writes --gallery-store only."""
+    if not args.embed_gallery:
+        if args.out is None:
+            raise UsageError("--out", "needed: the corpus to write (--embed-gallery writes --gallery-store instead)")
+        return
+    if args.gallery_store is None:
+        raise UsageError("--embed-gallery", "needs --gallery-store STORE: the store it writes")
+    if args.out is not None:
+        raise UsageError("--out", "--embed-gallery writes only --gallery-store; drop --out, and mine in a second "
+                                  "run with --gallery-store STORE --out OUT")
 
 
 def _check_input(args: argparse.Namespace) -> None:
@@ -217,6 +228,7 @@ def _on_ray(args: argparse.Namespace) -> int:
     merges); each checks everything a shard checks (a refusal is raised here)."""
     from vlr_plugins._ray import run_shards
 
+    _check_mode(args)
     if not os.path.isfile(args.input):
         raise UsageError("INPUT", f"{args.input}: no such file")
     _check_window(args)
@@ -234,6 +246,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     check_ray_options(args)
     if args.engine == "ray":
         return _on_ray(args)
+    _check_mode(args)
     check_shard_options(args)
     if not args.merge_only:
         from vlr_plugins._shards import local_rank, resolve_shard
@@ -269,11 +282,6 @@ def _embed_gallery(args: argparse.Namespace) -> int:
     """``--embed-gallery``: this process' share of the gallery into ``--gallery-store``."""
     from vlr_plugins.mine.gallery_store import embed_gallery, merge_gallery
 
-    if args.gallery_store is None:
-        raise UsageError("--embed-gallery", "needs --gallery-store STORE: the store it writes")
-    if args.out is not None:
-        raise UsageError("--out", "--embed-gallery writes only --gallery-store; drop --out, and mine in a second "
-                                  "run with --gallery-store STORE --out OUT")
     if args.merge_only:
         return merge_gallery(args)
     _check_input(args)
