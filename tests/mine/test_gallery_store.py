@@ -156,3 +156,33 @@ def test_a_stopped_gallery_shard_keeps_its_batches_and_the_same_command_finishes
     code, _, stderr = run_vlr([*shard[:-4], "--shard-index", "0", "--shard-count", "2"], cwd=tmp_path)
     assert code == 0, stderr
     assert same_tree(tmp_path / "one", tmp_path / "g")
+
+
+def test_torchrun_ranks_embed_the_gallery_together_then_mine_against_it(tmp_path):
+    """A real ``torchrun --standalone --nproc-per-node 2`` twice: the ranks embed their shares of
+    the gallery at once (whichever finishes last merges), then mine their queries against it."""
+    pytest.importorskip("torch.distributed.run", reason="no torchrun (torch.distributed.run) in this torch")
+    import os
+    import subprocess
+    import sys
+
+    from _torchrun import cpu_env
+
+    paragraph_corpus(tmp_path / "train.jsonl")
+    vlr_mine("paragraph", tmp_path / "train.jsonl", "--model", MODEL, "--out", tmp_path / "fly.jsonl", "-k", "3")
+    vlr_mine("paragraph", tmp_path / "train.jsonl", "--model", MODEL, "--gallery-store", tmp_path / "one",
+             "--embed-gallery", "--batch-size", "4")
+    env = cpu_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.path.dirname(__file__) + "/../_support"])
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    common = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+              "vlr_plugins.cli", "mine", "paragraph", str(tmp_path / "train.jsonl"), "--model", MODEL,
+              "--gallery-store", str(tmp_path / "g"), "--batch-size", "4"]
+    for more, printed in ((["--embed-gallery"], "merged from 2 shards"),
+                          (["--out", str(tmp_path / "ranked.jsonl"), "-k", "3"], "mined 42 hard negatives")):
+        done = subprocess.run([*common, *more], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "of 2" in done.stdout and printed in done.stdout
+    assert same_tree(tmp_path / "one", tmp_path / "g") and not (tmp_path / ".g.shards").exists()
+    assert (tmp_path / "ranked.jsonl").read_bytes() == (tmp_path / "fly.jsonl").read_bytes()
