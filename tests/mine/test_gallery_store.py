@@ -70,6 +70,11 @@ def test_checkpoint_gallery_rows_are_the_on_the_fly_bits_and_the_corpus_is_ident
     outs, one, sharded = three_ways(tmp_path, "paragraph", checkpoint, "--batch-size", "4", "--range-min", "1")
     assert outs["fly"] == outs["one"] == outs["two"]
     assert same_tree(one, sharded)  # 3 gallery shards write the store one process writes, byte for byte
+    samples = read_paragraph_samples(tmp_path / "two.jsonl")
+    shared = samples[9].caption  # also a positive of sample 3: mined for neither
+    for s in samples:
+        assert len(s.hard_negatives) == 3 and not set(s.hard_negatives) & {s.caption, *s.positives}
+        assert s.id not in ("img3", "img9") or shared not in s.hard_negatives
     assert not (tmp_path / ".g3.shards").exists()
     # the rows are the gallery as mining embeds it on the fly: length-sorted batches of 4, each
     # padded to its longest text (42 texts: 11 batches over 3 shards, whole batches each)
