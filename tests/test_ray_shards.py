@@ -94,6 +94,14 @@ def test_mine_engine_ray_writes_the_single_process_corpus(tmp_path, local_ray):
     # a refusal in a shard is the driver's one error line: the same run again with another setting
     code, printed, err = mine("ray.jsonl", "--engine", "ray", "-k", "3")
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: --out") and "--num-negatives" in err, err
+    # the gallery embedded once, its shards as Ray tasks, then mined against by Ray's mining shards
+    code, printed, err = run_vlr(["mine", "paragraph", "train.jsonl", "--model", "_bow_model:BagOfWords",
+                                  "--gallery-store", "gallery", "--embed-gallery", "--batch-size", "2", "--engine",
+                                  "ray"], cwd=tmp_path)
+    assert code == 0 and "merged from 2 shards" in printed, printed + err
+    code, printed, err = mine("ray-store.jsonl", "--gallery-store", "gallery", "--engine", "ray")
+    assert code == 0, printed + err
+    assert (tmp_path / "ray-store.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
 
 
 def test_caption_engine_ray_writes_the_single_process_captions(tmp_path, local_ray, monkeypatch):

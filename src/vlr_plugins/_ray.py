@@ -30,7 +30,8 @@ from typing import Any
 
 from vlr_plugins.errors import ConfigError, UsageError, UserError
 
-__all__ = ["add_ray_options", "check_ray_options", "default_workers", "import_ray", "init_ray", "run_shards"]
+__all__ = ["add_ray_options", "check_ray_options", "default_workers", "import_ray", "init_ray",
+           "refuse_ray_options_without_ray", "run_shards"]
 
 
 def import_ray() -> Any:
@@ -71,15 +72,22 @@ def add_ray_options(parser: argparse.ArgumentParser, what: str) -> None:
                              "cuda, else its CPUs)")
 
 
+def refuse_ray_options_without_ray(args: argparse.Namespace) -> None:
+    """``--ray-address`` / ``--ray-workers`` without ``--engine ray`` would be ignored: refused."""
+    if args.engine != "ray":
+        for option, value in (("--ray-address", args.ray_address), ("--ray-workers", args.ray_workers)):
+            if value is not None:
+                raise UsageError(option, f"is an option of --engine ray (this run's engine is {args.engine}); "
+                                         "add --engine ray, or drop it")
+
+
 def check_ray_options(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> None:
     """What ``--engine ray`` excludes, refused before Ray starts: ``--shard-index`` (Ray runs
     every shard), ``--merge-only``, a torchrun rank; and the Ray options without it."""
     from vlr_plugins._shards import torchrun_shard
 
     if args.engine != "ray":
-        for option, value in (("--ray-address", args.ray_address), ("--ray-workers", args.ray_workers)):
-            if value is not None:
-                raise UsageError(option, "is an option of --engine ray")
+        refuse_ray_options_without_ray(args)
         return
     if args.shard_index is not None:
         raise UsageError("--shard-index", "a job-array shard and --engine ray do not mix: Ray runs every shard "

@@ -78,6 +78,7 @@ CASES = [
      ["--shard-index", "--engine ray"]),
     ("ray: with --merge-only", {}, [*_MERGE, "--engine", "ray"], ["--merge-only", "drop --engine ray"]),
     ("ray: workers without --engine ray", {}, _caption("--ray-workers", "2"), ["--ray-workers", "--engine ray"]),
+    ("ray: an address without --engine ray", {}, _caption("--ray-address", "auto"), ["--ray-address", "--engine ray"]),
     ("ray: no workers", {}, _caption("--engine", "ray", "--ray-workers", "0"), ["--ray-workers"]),
     ("ray: a device index", {}, _caption("--engine", "ray", "--device", "cuda:1"),
      ["--device", "cuda:1", "Ray gives each task its GPU"]),

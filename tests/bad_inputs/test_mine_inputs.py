@@ -279,3 +279,104 @@ def test_mine_under_torchrun_refuses_a_rank_that_disagrees(tmp_path, monkeypatch
         monkeypatch.setenv(name, value)
     argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
     assert_refused(argv, *where, leaves=[tmp_path / "out.jsonl", tmp_path / ".out.jsonl.parts"])
+
+
+# ---------------------------------------------------------------- --gallery-store and --embed-gallery
+
+G = ["paragraph", "{t}/train.jsonl", "--model", MODEL, "--gallery-store"]
+
+
+def _gallery(t, *options):
+    """t/g: the gallery of train.jsonl embedded by `--embed-gallery` (its meta is what mining checks)."""
+    code, _, stderr = run_vlr(["mine", *[str(a).replace("{t}", str(t)) for a in (*G, "{t}/g", "--embed-gallery",
+                                                                                *options)]])
+    assert code == 0, stderr
+    return t / "g"
+
+
+def _variant(name, *, meta=None, rows=None, dim=None, dtype=torch.float32, replace=None):
+    """t/NAME: the store of _gallery with its meta edited, fewer rows, another width or dtype, or
+    one text replaced by another (the same count)."""
+    def setup(t):
+        from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter
+
+        with EmbeddingStore(_gallery(t)) as good:
+            ids, emb, stored = list(good.ids), good.get(list(good.ids)), dict(good.meta)
+        ids = ids[:rows] if rows else [replace if replace and i == 0 else text for i, text in enumerate(ids)]
+        emb = emb[: len(ids)] if dim is None else torch.randn(len(ids), dim)
+        with EmbeddingStoreWriter(t / name, emb.shape[1], dtype=dtype, meta={**stored, **(meta or {})}) as writer:
+            writer.add(ids, emb)
+    return setup
+
+
+def _unfinished(t):
+    _gallery(t, "--shard-index", "0", "--shard-count", "2", "--batch-size", "2")
+
+
+O = ["--out", "{t}/out.jsonl"]
+GALLERY_CASES = {
+    "gallery-store-missing": (None, [*G, "{t}/nowhere", *O], ["--gallery-store", "nowhere", "no such store",
+                                                              "--embed-gallery"]),
+    "gallery-store-still-being-written": (_unfinished, [*G, "{t}/g", *O],
+                                          ["--gallery-store", "is not finished", "1 of 2", "--shard-index 1",
+                                           ".g.shards"]),
+    "gallery-store-of-another-model": (_variant("other", meta={"model": "other_module:Model"}), [*G, "{t}/other", *O],
+                                       ["other/index.json", "field 'meta.model'", "'other_module:Model'", MODEL]),
+    "gallery-store-of-another-text-budget": (_gallery, [*G, "{t}/g", *O, "--max-tokens", "16"],
+                                             ["g/index.json", "field 'meta.max_tokens'", "--max-tokens not given",
+                                              "gives 16"]),
+    "gallery-store-of-another-tokenizer": (_variant("tok", meta={"tokenizer": "bert-base-uncased"}),
+                                           [*G, "{t}/tok", *O], ["tok/index.json", "field 'meta.tokenizer'"]),
+    "gallery-store-of-another-dim": (_variant("d8", dim=8), [*G, "{t}/d8", *O],
+                                     ["d8/index.json", "field 'dim'", "8-d", "queries are 24-d"]),
+    "gallery-store-with-fewer-rows-than-the-gallery": (_variant("short", rows=5), [*G, "{t}/short", *O],
+                                                       ["short/index.json", "field 'count'", "holds 5 texts",
+                                                        "has 9"]),
+    "gallery-store-of-another-gallery": (_variant("other-texts", replace="a cat number 0"),
+                                         [*G, "{t}/other-texts", *O], ["other-texts/index.json", "field 'ids'",
+                                                                       "'a dog number 0'"]),
+    "gallery-store-of-another-pool": (_gallery, [*G, "{t}/g", *O, "--pool", "caption"],
+                                      ["g/index.json", "field 'count'", "holds 9 texts", "has 6"]),
+    "gallery-store-of-images": (None, [*G, "{t}/store8", *O], ["store8/index.json", "field 'meta.mine_gallery'",
+                                                                "--embed-gallery"]),
+    "gallery-store-of-float16-rows": (_variant("half", dtype=torch.float16), [*G, "{t}/half", *O],
+                                      ["half/index.json", "field 'dtype'", "float16"]),
+    "shard-with-a-gallery-store-of-another-model": (_variant("other", meta={"model": "other_module:Model"}),
+                                                    [*G, "{t}/other", *O, "--shard-index", "1", "--shard-count", "2"],
+                                                    ["other/index.json", "field 'meta.model'"]),
+    "no-out-to-mine-into": (None, P, ["--out", "needed", "--embed-gallery"]),
+    "embed-gallery-without-a-store": (None, [*P, "--embed-gallery"], ["--embed-gallery", "--gallery-store STORE"]),
+    "embed-gallery-with-out": (None, [*G, "{t}/g", "--embed-gallery", *O], ["--out", "drop --out"]),
+    "ray-without-out": (None, [*P, "--engine", "ray"], ["--out", "needed"]),
+    "ray-embed-gallery-without-a-store": (None, [*P, "--engine", "ray", "--embed-gallery"],
+                                          ["--embed-gallery", "--gallery-store STORE"]),
+    "embed-gallery-over-another-gallery": (_gallery, [*G, "{t}/g", "--embed-gallery", "--pool", "caption"],
+                                           ["--gallery-store", "another gallery or model", "--overwrite"]),
+    "embed-gallery-over-images": (None, [*G, "{t}/store8", "--embed-gallery"],
+                                  ["--gallery-store", "store8", "--overwrite"]),
+    "embed-gallery-shards-of-another-batch-size": (_unfinished, [*G, "{t}/g", "--embed-gallery", "--shard-index", "1",
+                                                                 "--shard-count", "2", "--batch-size", "3"],
+                                                   ["--batch-size", "shard 0", "2", "3"]),
+    "embed-gallery-shards-of-another-text-budget": (_unfinished, [*G, "{t}/g", "--embed-gallery", "--shard-index", "1",
+                                                                  "--shard-count", "2", "--batch-size", "2",
+                                                                  "--max-tokens", "16"],
+                                                    ["--max-tokens", "shard 0", "16"]),
+    "embed-gallery-merge-only-with-no-parts": (None, [*G, "{t}/g", "--embed-gallery", "--merge-only"],
+                                               ["--merge-only", "no parts of", ".g.shards"]),
+    "embed-gallery-merge-only-with-a-part-missing": (_unfinished, [*G, "{t}/g", "--embed-gallery", "--merge-only"],
+                                                     ["--merge-only", "shard 1 of 2", "nothing merged"]),
+}
+
+
+@pytest.mark.parametrize("case", list(GALLERY_CASES))
+def test_mine_refuses_a_gallery_store_and_writes_nothing(tmp_path, case):
+    corpus(tmp_path)
+    setup, argv, where = GALLERY_CASES[case]
+    if setup is not None:
+        setup(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = ["mine", *[a.replace("{t}", str(tmp_path)) for a in argv]]
+    assert_refused(argv, *where, leaves=[tmp_path / "out.jsonl", tmp_path / ".out.jsonl.parts"])
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+    if setup is None and "--embed-gallery" in argv:
+        assert not (tmp_path / "g").exists() and not (tmp_path / ".g.shards").exists()

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["encode_texts"]
+__all__ = ["encode_texts", "length_order"]
+
+
+def length_order(texts: Sequence[str]) -> list[int]:
+    """The order :func:`encode_texts` embeds ``texts`` in: longest first, ties in input order
+    (a stable sort, so a slice of this order, given again, keeps its order and its batches)."""
+    return sorted(range(len(texts)), key=lambda i: -len(texts[i]))
 
 
 @torch.inference_mode()
@@ -36,7 +42,7 @@ def encode_texts(
     was_training = encoder.training
     encoder.eval()
     view_id = encoder.view_index(view) if view is not None and hasattr(encoder, "view_index") else None
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    order = length_order(texts)
     out: torch.Tensor | None = None
     try:
         for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress,

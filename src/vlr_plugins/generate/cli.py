@@ -59,6 +59,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--plot" if args.plot is not None else "--json", "is an option of `vlr generate stats`")
     if args.merge_only:
         return _merge_only(args)
+    from vlr_plugins._ray import refuse_ray_options_without_ray
+
+    refuse_ray_options_without_ray(args)
     if args.input is None or args.out is None:
         raise UsageError("--input" if args.input is None else "--out", "required for a generation run")
     if not os.path.isfile(args.input):

@@ -2,7 +2,8 @@
 the trainers read (the paragraph samples' ``hard_negatives`` for ``vlr train paragraph/c7``,
 SimCSE's ``sent0,sent1,hard_neg`` CSV for CaRe stage II, an MVC corpus with each video's
 ``hard_negatives`` video ids, :mod:`vlr_plugins.mine.mvc_corpus`). The search itself is the engine's
-:func:`~vlr_plugins.eval.hard_negatives.mine_hard_negatives` (exact, bounded memory)."""
+:func:`~vlr_plugins.eval.hard_negatives.mine_hard_negatives` (exact, bounded memory); the gallery can
+be embedded once into a store and read by every shard (:mod:`vlr_plugins.mine.gallery_store`)."""
 
 from __future__ import annotations
 

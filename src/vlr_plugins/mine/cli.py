@@ -22,11 +22,8 @@ FORMATS = {"paragraph": ((".jsonl", ".json", ".parquet", ".csv", ".tsv"), ".json
 def _check_paths(args: argparse.Namespace) -> str | None:
     """The input exists, the output is a new file of the format's suffix, and not the input;
     a sharded run's ``--out`` already written by this very run: the message saying so."""
-    reads, writes = FORMATS[args.format]
-    if not os.path.isfile(args.input):
-        raise UsageError("INPUT", f"{args.input}: no such file")
-    if Path(args.input).suffix.lower() not in reads:
-        raise UsageError("INPUT", f"{args.format} corpora are read from {', '.join(reads)}; found {args.input}")
+    writes = FORMATS[args.format][1]
+    _check_input(args)
     if Path(args.out).suffix.lower() != writes:
         raise UsageError("--out", f"{args.format} corpora are written as {writes}; found {args.out}")
     if os.path.exists(args.out) and os.path.samefile(args.out, args.input):
@@ -40,6 +37,27 @@ def _check_paths(args: argparse.Namespace) -> str | None:
             raise UsageError("--out", f"{args.out} exists; pass --overwrite to replace it")
         return done
     return None
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    """Mining writes --out; --embed-gallery writes --gallery-store only."""
+    if not args.embed_gallery:
+        if args.out is None:
+            raise UsageError("--out", "needed: the corpus to write (--embed-gallery writes --gallery-store instead)")
+        return
+    if args.gallery_store is None:
+        raise UsageError("--embed-gallery", "needs --gallery-store STORE: the store it writes")
+    if args.out is not None:
+        raise UsageError("--out", "--embed-gallery writes only --gallery-store; drop --out, and mine in a second "
+                                  "run with --gallery-store STORE --out OUT")
+
+
+def _check_input(args: argparse.Namespace) -> None:
+    reads = FORMATS[args.format][0]
+    if not os.path.isfile(args.input):
+        raise UsageError("INPUT", f"{args.input}: no such file")
+    if Path(args.input).suffix.lower() not in reads:
+        raise UsageError("INPUT", f"{args.format} corpora are read from {', '.join(reads)}; found {args.input}")
 
 
 def _check_window(args: argparse.Namespace) -> None:
@@ -101,34 +119,6 @@ def _check_positives(task, args: argparse.Namespace) -> None:
                                      "--margin")
 
 
-def _embed_texts(args: argparse.Namespace, device: str):
-    """``texts, desc -> (n, D)`` of ``--model``: a checkpoint or blip: through its tokenizer at
-    ``--max-tokens`` (default its positions), any other text model through ``encode_text``."""
-    from vlr_plugins.eval.encode import encode_texts
-    from vlr_plugins.eval.models import encode_with_model
-    from vlr_plugins.specs import (
-        load_checked_text_encoder,
-        load_text_model,
-        load_text_tokenizer,
-        refuse_tokenizer_options,
-        text_model_source,
-    )
-
-    if text_model_source(args.model) == "checkpoint":
-        encoder = load_checked_text_encoder(args.model, "--model").to(device)
-        tokenizer = load_text_tokenizer(args.tokenizer, encoder, args.model)
-        positions = getattr(encoder, "max_positions", None)
-        if args.max_tokens is not None and positions is not None and args.max_tokens > positions:
-            raise UsageError("--max-tokens", f"{args.max_tokens} exceeds the text encoder's {positions} positions")
-        budget = args.max_tokens or positions or 77
-        return lambda texts, desc: encode_texts(encoder, tokenizer, texts, budget, batch_size=args.batch_size,
-                                                device=device, desc=desc)
-    refuse_tokenizer_options(args.model, {"--tokenizer": args.tokenizer})
-    model = load_text_model(args.model, setting="--model", device=device, dtype=args.model_dtype)
-    return lambda texts, desc: encode_with_model(model, texts, max_tokens=args.max_tokens,
-                                                 batch_size=args.batch_size, desc=desc)
-
-
 def _store_option(args: argparse.Namespace) -> tuple[str, str | None]:
     """The option naming the query store, and its value."""
     if args.format == "mvc":
@@ -136,9 +126,9 @@ def _store_option(args: argparse.Namespace) -> tuple[str, str | None]:
     return "--image-embeddings", args.image_embeddings
 
 
-def _query_embeddings(task, args: argparse.Namespace, embed, rows: slice):
+def _query_embeddings(task, args: argparse.Namespace, embedder, rows: slice):
     if task.query_ids is None:
-        return embed(task.query_texts[rows], "encode queries")
+        return embedder(task.query_texts[rows], "encode queries")
     from vlr_plugins.data.embedding_store import EmbeddingStore
 
     with EmbeddingStore(_store_option(args)[1]) as store:
@@ -146,19 +136,24 @@ def _query_embeddings(task, args: argparse.Namespace, embed, rows: slice):
         return store.get(task.query_ids[rows]).float()
 
 
-def _mine(task, args: argparse.Namespace, device: str, rows: slice) -> list[list[int]]:
-    """The mined gallery indices (best first) of the queries ``rows`` against the whole gallery."""
+def _mine(task, args: argparse.Namespace, device: str, rows: slice, store=None) -> list[list[int]]:
+    """The mined gallery indices (best first) of the queries ``rows`` against the whole gallery
+    (its rows read from ``store``, the opened ``--gallery-store``, where given)."""
     import torch
 
     from vlr_plugins.eval.hard_negatives import mine_hard_negatives
+    from vlr_plugins.mine.gallery_store import check_query_width
+    from vlr_plugins.mine.text_embedder import text_embedder
 
     if rows != slice(None) and not range(len(task))[rows]:
         return []  # an empty shard (more shards than records)
-    embed = _embed_texts(args, device)
+    embedder = text_embedder(args, device) if store is None or task.query_ids is None else None
     with torch.inference_mode():
-        gallery = embed(task.gallery, "encode gallery")
-        queries = _query_embeddings(task, args, embed, rows)
-    if queries.shape[1] != gallery.shape[1]:
+        gallery = store.get(task.gallery) if store is not None else embedder(task.gallery, "encode gallery")
+        queries = _query_embeddings(task, args, embedder, rows)
+    if store is not None:
+        check_query_width(store, queries)
+    elif queries.shape[1] != gallery.shape[1]:
         option, store = _store_option(args)
         raise UsageError(option, f"{store} holds {queries.shape[1]}-d embeddings and {args.model} embeds texts in "
                                  f"{gallery.shape[1]} dimensions: they are not one space")
@@ -177,7 +172,7 @@ def _write(task, args: argparse.Namespace, indices: list[list[int]]) -> None:
           f"({', '.join(f'{k} {v}' for k, v in summary.items())})")
 
 
-def _run_shard(task, args: argparse.Namespace, device: str) -> int:
+def _run_shard(task, args: argparse.Namespace, device: str, store=None) -> int:
     """One shard of a job array (or --merge-only): its part, then the merge once all are there."""
     from vlr_plugins.mine.shards import open_shards
 
@@ -188,7 +183,7 @@ def _run_shard(task, args: argparse.Namespace, device: str) -> int:
             print(f"shard {args.shard_index} of {run.count} (records {start}..{stop - 1}) is already mined: "
                   f"{run.part(args.shard_index)}")
         else:
-            run.write_part(args.shard_index, _mine(task, args, device, slice(start, stop)))
+            run.write_part(args.shard_index, _mine(task, args, device, slice(start, stop), store))
             print(f"shard {args.shard_index} of {run.count}: mined records {start}..{stop - 1} against "
                   f"{len(task.gallery)} texts: {run.part(args.shard_index)}")
     missing = run.missing()
@@ -233,6 +228,7 @@ def _on_ray(args: argparse.Namespace) -> int:
     merges); each checks everything a shard checks (a refusal is raised here)."""
     from vlr_plugins._ray import run_shards
 
+    _check_mode(args)
     if not os.path.isfile(args.input):
         raise UsageError("INPUT", f"{args.input}: no such file")
     _check_window(args)
@@ -250,6 +246,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     check_ray_options(args)
     if args.engine == "ray":
         return _on_ray(args)
+    _check_mode(args)
     check_shard_options(args)
     if not args.merge_only:
         from vlr_plugins._shards import local_rank, resolve_shard
@@ -259,6 +256,8 @@ def cmd_mine(args: argparse.Namespace) -> int:
             args.shard_index, args.shard_count = shard
             if args.device == "cuda" and local_rank() is not None:
                 args.device = f"cuda:{local_rank()}"  # torchrun: each rank on its node's device
+    if args.embed_gallery:
+        return _embed_gallery(args)
     done = _check_paths(args)
     if done is not None:
         print(done)
@@ -267,11 +266,27 @@ def cmd_mine(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     task = _task(args)
     _check_positives(task, args)
+    store = None
+    if args.gallery_store is not None and not args.merge_only:
+        from vlr_plugins.mine.gallery_store import open_gallery_store
+
+        store = open_gallery_store(args.gallery_store, task, args)  # refused before anything is embedded
     if is_sharded(args):
-        return _run_shard(task, args, device)
-    _write(task, args, _mine(task, args, device, slice(None)))
+        return _run_shard(task, args, device, store)
+    _write(task, args, _mine(task, args, device, slice(None), store))
     run_record_of(args.out).unlink(missing_ok=True)  # a sharded run's record of the output replaced
     return 0
+
+
+def _embed_gallery(args: argparse.Namespace) -> int:
+    """``--embed-gallery``: this process' share of the gallery into ``--gallery-store``."""
+    from vlr_plugins.mine.gallery_store import embed_gallery, merge_gallery
+
+    if args.merge_only:
+        return merge_gallery(args)
+    _check_input(args)
+    device = check_device(args.device)
+    return embed_gallery(_task(args), args, device)
 
 
 def add_cli(sub: Any) -> None:
@@ -302,13 +317,18 @@ def add_cli(sub: Any) -> None:
                     "mine a contiguous range of the queries against the whole gallery into a part beside\n"
                     "--out; a rerun redoes only missing parts; the last shard to finish (or --merge-only)\n"
                     "writes --out; a task run again after that (a requeue) finds --out written by the same\n"
-                    "run and does nothing. --engine ray runs the same shards as Ray tasks.")
+                    "run and does nothing. --engine ray runs the same shards as Ray tasks.\n"
+                    "The gallery embedded once (docs/eval.md): the same command with --gallery-store STORE\n"
+                    "--embed-gallery (no --out; sharded as above, each shard embedding whole batches of the\n"
+                    "gallery, the last merging) writes it; then with --gallery-store STORE --out OUT every\n"
+                    "shard reads it and embeds only its queries, the output byte for byte the same.")
     s.add_argument("format", choices=sorted(FORMATS), help="the corpus format")
     s.add_argument("input", metavar="INPUT", help="the corpus file")
     s.add_argument("--model", required=True,
                    help="the embedding model: a checkpoint (.pth), blip:<name>, open_clip:MODEL:CHECKPOINT_OR_TAG, "
                         "mllm:FOLDER[:PROMPT] or module:callable (as vlr eval)")
-    s.add_argument("--out", required=True, help="the corpus to write (.jsonl for paragraph and mvc, .csv for nli)")
+    s.add_argument("--out", help="the corpus to write (.jsonl for paragraph and mvc, .csv for nli); needed "
+                                 "unless --embed-gallery")
     s.add_argument("--num-negatives", "-k", type=positive_int, default=5, help="negatives per query (default 5)")
     s.add_argument("--range-min", type=non_negative_int, default=0, help="skip this many best candidates first")
     s.add_argument("--range-max", type=positive_int, help="take candidates only from the ranks below this")
@@ -323,6 +343,12 @@ def add_cli(sub: Any) -> None:
                         "for --query video)")
     s.add_argument("--image-embeddings", metavar="STORE", help="paragraph --query image: the image-embedding store")
     s.add_argument("--video-embeddings", metavar="STORE", help="mvc --query video: the video-embedding store")
+    s.add_argument("--gallery-store", metavar="STORE",
+                   help="the gallery's embeddings, written once by --embed-gallery (sharded or not): mining reads "
+                        "them instead of embedding the gallery (each shard embeds only its queries)")
+    s.add_argument("--embed-gallery", action="store_true",
+                   help="embed the gallery into --gallery-store and mine nothing (no --out); sharded, each shard "
+                        "embeds its share of the gallery's batches and the last one merges")
     s.add_argument("--keep-existing", action="store_true",
                    help="paragraph, mvc: keep a sample's hard_negatives and add the mined ones after them")
     s.add_argument("--max-tokens", type=positive_int, help="checkpoints and blip: the token budget "

@@ -153,7 +153,7 @@ def mvc_task_of_args(args: argparse.Namespace) -> MiningTask:
                          else f"is for --query video; --query {args.query or 'summary'} embeds texts")
     records = read_mvc_records(args.input)
     task = mvc_task(records, source=args.input, query=args.query, pool=args.pool, keep_existing=args.keep_existing)
-    if os.path.dirname(os.path.abspath(args.out)) != os.path.dirname(os.path.abspath(args.input)) and any(
+    if args.out is not None and os.path.dirname(os.path.abspath(args.out)) != os.path.dirname(os.path.abspath(args.input)) and any(
             not os.path.isabs(raw["video"]) for _, raw, _ in records):
         print(f"note: the records are written as they are: their relative video paths resolve from "
               f"{os.path.dirname(os.path.abspath(args.input))}, not from {args.out}'s folder; train with "

@@ -2,8 +2,9 @@
 job array), each once, surviving a kill (docs/eval.md, "vlr mine").
 
 Shard ``I`` mines the queries of records ``[n*I//N, n*(I+1)//N)`` (a contiguous range, so the
-merged corpus keeps the input order) against the whole gallery (every shard embeds the whole
-gallery itself), and writes its part into a work folder beside ``--out``::
+merged corpus keeps the input order) against the whole gallery (embedded by every shard itself,
+or, with ``--gallery-store``, read from the store ``--embed-gallery`` wrote once for the whole
+job: mine/gallery_store.py), and writes its part into a work folder beside ``--out``::
 
     data/.mined.jsonl.parts/        the work folder of data/mined.jsonl
         manifest.json               the input (size, mtime, SHA-256) and every setting of the run

@@ -48,9 +48,9 @@ class ShardJob:
     """Shard ``index`` of ``count`` of the items ``ids`` for the store ``out``."""
 
     def __init__(self, out: str | os.PathLike[str], ids: Sequence[str], index: int, count: int, batch_size: int,
-                 layout: dict[str, Any], what: str) -> None:
+                 layout: dict[str, Any], what: str, options: dict[str, str] | None = None) -> None:
         self.out, self.index, self.count, self.what = Path(out), index, count, what
-        self.parts = Parts(self.out, count, SETTING_OPTIONS)
+        self.parts = Parts(self.out, count, SETTING_OPTIONS if options is None else options)
         self.start, self.stop = shard_range(len(ids), index, count, align=batch_size)
         self.info = {"index": index, "count": count, "start": self.start, "stop": self.stop, "items": len(ids),
                      "inputs": inputs_digest(ids), "batch_size": batch_size, "layout": layout}
@@ -126,9 +126,10 @@ def _merge(parts: Parts, count: int, *, who: str, force: bool) -> int:
     return failed_items_status(result.failures, result.rows + result.failures)
 
 
-def merge_only(out: str | os.PathLike[str], count: int | None) -> int:
-    """``--merge-only``: merge the parts of every shard, refusing a missing or mismatched one."""
-    parts = Parts(Path(out), count, SETTING_OPTIONS)
+def merge_only(out: str | os.PathLike[str], count: int | None, options: dict[str, str] | None = None) -> int:
+    """``--merge-only``: merge the parts of every shard, refusing a missing or mismatched one
+    (``options``: the option that sets each setting, for the messages; default precompute's)."""
+    parts = Parts(Path(out), count, SETTING_OPTIONS if options is None else options)
     count = merge_count(parts.counts_found(), count, parts.dir, out)
     parts.count = count
     return _merge(parts, count, who="--merge-only", force=True)
