@@ -30,13 +30,15 @@ BASE = ["capst", "--judge-model", "m", "--judge-url", "http://127.0.0.1:9/v1"]
     (lambda t, c, m: ["--captions", c, "--annotations", m, "--benchmark", "msrvtt"], ["--benchmark", "msrvtt"]),
     (lambda t, c, m: ["--captions", c, "--annotations", m, "--concurrency", "0"], ["--concurrency"]),
     (lambda t, c, m: ["--captions", c, "--annotations", m, "--timeout", "x"], ["--timeout"]),
+    (lambda t, c, m: ["--captions", c, "--annotations", m, "--max-tokens", "0"], ["--max-tokens"]),
     (lambda t, c, m: ["--captions", c, "--annotations", m, "--retrieval", t / "r.json"], ["--retrieval", "r.json"]),
     (lambda t, c, m: ["--captions", c, "--annotations", m, "--out", c], ["--out", "caps.jsonl"]),
     (lambda t, c, m: [_write(t / "bad.jsonl", '{"id": "v0"\n'), "--annotations", m], ["bad.jsonl", "line 1"]),
     (lambda t, c, m: [_write(t / "two.jsonl", '{"id": "v0", "caption": 3}\n'), "--annotations", m],
      ["two.jsonl", "line 1", "caption"]),
     (lambda t, c, m: ["--captions", c, "--annotations", _write(t / "meta.json", "[{]")], ["meta.json"]),
-], ids=["no-captions", "no-annotations", "benchmark", "concurrency", "timeout", "retrieval", "out-is-a-file",
+], ids=["no-captions", "no-annotations", "benchmark", "concurrency", "timeout", "max-tokens", "retrieval",
+        "out-is-a-file",
         "captions-not-json", "caption-not-text", "annotations-not-json"])
 def test_capst_refuses_bad_input_before_calling_the_judge(files, change, where):
     tmp_path, caps, meta = files

@@ -113,6 +113,27 @@ def test_a_run_with_failed_records_exits_1_naming_how_many(tmp_path, monkeypatch
                      f"roles.captioner.base_url={server.url}", f"roles.judge.base_url={server.url}"]) == 0
 
 
+def test_failed_records_of_an_unfinished_corpus_are_pointed_to_in_its_stage_parts(tmp_path, monkeypatch, capsys):
+    """`--stages texts` with a record whose lists fail: exit 1, and the error line names where the
+    failures are (the stage parts), not `vlr generate stats`, which needs the finished corpus."""
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+    records = write_images(tmp_path / "images", ["a red bus", "a kite"])  # the kite's lists fail
+    items = tmp_path / "images" / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "corpus"
+    with FakeOpenAI(ParagraphModels(glitches=False)) as server:
+        code = main(["generate", "paragraph", "--input", str(items), "--out", str(out), "--stages", "texts",
+                     "--set", f"roles.captioner.base_url={server.url}", f"roles.judge.base_url={server.url}"])
+    shown = capsys.readouterr()
+    assert code == 1, shown.err
+    assert "not complete" in shown.out and not (out / "manifest.json").exists()
+    assert shown.err.splitlines()[-1].endswith(
+        f"they are in the stage parts under {out / 'stages'} with their failures (`vlr generate stats` counts "
+        "them once the corpus is complete)")
+    part = [json.loads(line) for line in (out / "stages" / "texts" / "part-000000.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in part if r["failures"]] == ["r1"]
+
+
 def test_torchrun_ranks_take_their_shards_and_merge_the_single_process_corpus(tmp_path, monkeypatch):
     """A real ``torchrun --standalone --nproc-per-node 2``, no shard options: rank ``r`` writes the
     parts ``k % 2 == r`` (worker r of 2), and the corpus, manifest and every part are the bytes

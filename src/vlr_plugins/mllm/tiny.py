@@ -6,6 +6,8 @@ noise, so the numbers it gives mean only that the commands run.
 
     python -m vlr_plugins.mllm.tiny tiny-qwen2vl          # writes the transformers folder
     vlr lens --model tiny-qwen2vl --text "a dog runs"     # ... then any mllm: command on it (docs/care.md)
+    python -m vlr_plugins.mllm.tiny --text-only tiny-lm   # a text-only Qwen2 LM, for `transformers serve`
+                                                          # (the generate and CapST routes, docs/generate.md)
 """
 
 from __future__ import annotations
@@ -121,25 +123,30 @@ def save_tiny_qwen2vl(folder, seed: int = 0, dtype: torch.dtype | None = None, *
     return save_model_folder(folder, model.to(dtype) if dtype is not None else model, processor)
 
 
-def tiny_qwen2_lm(seed: int = 0):
-    """``(model, tokenizer)``: a random 2-layer Qwen2 causal LM over the byte tokenizer."""
+def tiny_qwen2_lm(seed: int = 0, hidden: int = 32, layers: int = 2):
+    """``(model, tokenizer)``: a random Qwen2 causal LM (``layers`` of width ``hidden``, default 2 of
+    32) over the byte tokenizer, with its chat template."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = byte_tokenizer()
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=None,
+    heads = max(2, hidden // 8)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
+                         bos_token_id=None,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return Qwen2ForCausalLM(config).eval(), tok
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m vlr_plugins.mllm.tiny OUT [--seed S] [--hidden H] [--layers L]``."""
+    """``python -m vlr_plugins.mllm.tiny OUT [--seed S] [--hidden H] [--layers L] [--text-only]``."""
     parser = argparse.ArgumentParser(prog="python -m vlr_plugins.mllm.tiny", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="the folder to write (must not exist, or be empty)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden", type=int, default=32, help="the LM's width (a multiple of 16)")
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--text-only", action="store_true",
+                        help="a text-only Qwen2 causal LM (no vision tower), e.g. for `transformers serve`")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -148,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.hidden < 16 or args.hidden % 16 or args.layers < 1:
         print("error: --hidden must be a multiple of 16 (>= 16) and --layers >= 1", file=sys.stderr)
         return 2
+    if args.text_only:
+        save_model_folder(out, *tiny_qwen2_lm(args.seed, args.hidden, args.layers))
+        print(f"wrote a random text-only Qwen2 LM (hidden {args.hidden}, {args.layers} layers) to {out}: "
+              f"`transformers serve {out}` serves it as an OpenAI-compatible chat endpoint (docs/generate.md)")
+        return 0
     save_tiny_qwen2vl(out, seed=args.seed, hidden=args.hidden, layers=args.layers)
     print(f"wrote a random Qwen2-VL (hidden {args.hidden}, {args.layers} layers) to {out}: "
           f"mllm:{out} in vlr eval / precompute, --model {out} in vlr lens / caption")

@@ -104,3 +104,18 @@ def test_a_partial_run_writes_the_report_and_exits_1_naming_the_failures(tmp_pat
     result = json.loads((tmp_path / "out" / "capst.json").read_text())
     assert result["scored"] == 2 and [f["id"] for f in result["failed"]] == ["v1"]
     assert "- `v1`: extracting events from the prediction: HTTP 500" in md.read_text()
+
+
+def test_max_tokens_bounds_every_judge_answer_and_is_recorded(tmp_path, monkeypatch):
+    """`--max-tokens N` goes with every request (an endpoint's own limit may be long: `transformers
+    serve` generates up to 1,024 new tokens) and into the report's judge settings."""
+    from vlr_plugins.cli import main
+
+    captions, annotations = _inputs(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+    with FakeOpenAI(judge) as server:
+        assert main(["capst", "--captions", str(captions), "--annotations", str(annotations), "--judge-url",
+                     server.url, "--judge-model", "judge-x", "--max-tokens", "7", "--out", str(tmp_path / "out")]) == 0
+        bodies = server.bodies()
+    assert bodies and all(b["max_tokens"] == 7 for b in bodies)
+    assert json.loads((tmp_path / "out" / "capst.json").read_text())["judge"]["sampling"]["max_tokens"] == 7

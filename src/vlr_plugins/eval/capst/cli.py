@@ -27,6 +27,8 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(option, f"no such file: {path}")
     check_output_dir(args.out, "--out")
     sampling = {"temperature": args.temperature}
+    if args.max_tokens is not None:
+        sampling["max_tokens"] = args.max_tokens
     settings = ChatSettings(model=args.judge_model, base_url=args.judge_url, api_key_env=args.judge_key_env,
                             concurrency=args.concurrency, timeout=args.timeout, max_retries=args.max_retries,
                             reasks=args.reasks, sampling=sampling)
@@ -68,6 +70,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--reasks", type=at_least(0), default=3,
                    help="times a malformed answer is asked again before it counts as failed")
     s.add_argument("--temperature", type=at_least(0, float), default=0.0)
+    s.add_argument("--max-tokens", type=at_least(1), default=None,
+                   help="new tokens per judge answer (default: the endpoint's own limit)")
     s.add_argument("--cache", help="answer cache (SQLite; default OUT/llm-cache.sqlite)")
     s.add_argument("--label", help="the model's name in the report (default: the captions file's stem)")
     s.add_argument("--category-field", default="category", help="the category key of metadata.json")
