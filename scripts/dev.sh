@@ -45,7 +45,9 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   demo) main_env; exec "$VENV/bin/vlr" demo "$@" ;;
-  test) main_env; HF_HUB_OFFLINE=1 exec "$VENV/bin/python" -m pytest "$@" ;;
+  # one worker per core (VLR_TEST_WORKERS=N to choose, 0 for none), each taking whole test files, so a
+  # module's fixtures are built once; the suite's own multi-process tests (torchrun, Ray) still run
+  test) main_env; HF_HUB_OFFLINE=1 exec "$VENV/bin/python" -m pytest -n "${VLR_TEST_WORKERS:-auto}" --dist loadfile "$@" ;;
   test-lavis)
     lavis_env
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "$LVENV/bin/python" -m pytest tests/integrations/lavis \
