@@ -27,11 +27,11 @@ SITE=${VLR_SITE:-/tmp/vlr-gpu-site}
 SITE_LAVIS=${VLR_SITE_LAVIS:-/tmp/vlr-gpu-site-lavis}
 STUBS=$ROOT/benchmarks/gpu_stubs
 # caps in seconds: together 550 s, with the installs (~15 s) under 10 minutes
-T_MAIN=${VLR_GPU_T_MAIN:-240}
-T_LAVIS=${VLR_GPU_T_LAVIS:-110}
-T_BENCH=${VLR_GPU_T_BENCH:-95}
-T_TRAIN=${VLR_GPU_T_TRAIN:-50}
-T_EMBED=${VLR_GPU_T_EMBED:-55}
+T_MAIN=${VLR_GPU_T_MAIN:-270}
+T_LAVIS=${VLR_GPU_T_LAVIS:-100}
+T_BENCH=${VLR_GPU_T_BENCH:-85}
+T_TRAIN=${VLR_GPU_T_TRAIN:-45}
+T_EMBED=${VLR_GPU_T_EMBED:-50}
 T_TEST=120  # pytest-timeout, per test of the main process
 MAIN_PATH=$ROOT/src:$SITE
 LAVIS_PATH=$ROOT/src:$SITE_LAVIS:$STUBS:$SITE  # LAVIS' transformers 4.x and timm 0.4.12 first
