@@ -4,13 +4,16 @@
 #      into two --target folders (nothing is built there),
 #   2. runs every test marked `gpu` with VLR_REQUIRE_GPU=1, so that a skip is a failure:
 #      the LAVIS ones (tests/integrations/lavis) in their own process, over the LAVIS overlay,
+#      (among them the CUDA paths of issues 25 and 27: CaRe on FSDP and DeepSpeed, `vlr mine`,
+#      `vlr precompute` with shards, `vlr caption` batching),
 #   3. runs benchmarks/retrieval_recall.py on CUDA at COCO-5K, 10K x 50K (with the peer,
-#      CLIP_benchmark's recall_at_k) and COCO-train2017 size, and benchmarks/train_step.py
-#      (C5's step, text-only against frozen ViT, BLIP-base shapes),
+#      CLIP_benchmark's recall_at_k) and COCO-train2017 size, benchmarks/train_step.py
+#      (C5's step, text-only against frozen ViT, BLIP-base shapes) and benchmarks/mllm_embed.py
+#      (EOL embedding, bf16, small and base configs),
 #   4. writes OUTDIR/summary.json and OUTDIR/summary.md (benchmarks/gpu_summary.py), beside
-#      gpu_check.log (everything printed), retrieval_recall.json and train_step.json: five
-#      files, whatever the number of tests (the device tool brings back at most 8).
-# Under 9 minutes on one H200, installs included (each step has a time cap).
+#      gpu_check.log (everything printed), retrieval_recall.json, train_step.json and
+#      mllm_embed.json: six files, whatever the number of tests (the device tool brings back at most 8).
+# Under 10 minutes on one H200, installs included (each step has a time cap; together 9.5 min).
 #   bash benchmarks/gpu_check.sh OUTDIR              # exit 0 only if everything ran and passed
 #   bash benchmarks/gpu_check.sh --dry-run [OUTDIR]  # any machine: what would run, nothing run
 # Without CUDA it stops at once, exit 3, saying why. A new GPU test needs only the `gpu` marker:
@@ -23,15 +26,17 @@ WHEELS=${VLR_WHEELS:-$ROOT/.whl}
 SITE=${VLR_SITE:-/tmp/vlr-gpu-site}
 SITE_LAVIS=${VLR_SITE_LAVIS:-/tmp/vlr-gpu-site-lavis}
 STUBS=$ROOT/benchmarks/gpu_stubs
-# caps in seconds: together with the installs, under 8 minutes
-T_MAIN=${VLR_GPU_T_MAIN:-170}
-T_LAVIS=${VLR_GPU_T_LAVIS:-140}
-T_BENCH=${VLR_GPU_T_BENCH:-110}
-T_TRAIN=${VLR_GPU_T_TRAIN:-80}
+# caps in seconds: together 550 s, with the installs (~15 s) under 10 minutes
+T_MAIN=${VLR_GPU_T_MAIN:-270}
+T_LAVIS=${VLR_GPU_T_LAVIS:-100}
+T_BENCH=${VLR_GPU_T_BENCH:-85}
+T_TRAIN=${VLR_GPU_T_TRAIN:-45}
+T_EMBED=${VLR_GPU_T_EMBED:-50}
 T_TEST=120  # pytest-timeout, per test of the main process
 MAIN_PATH=$ROOT/src:$SITE
 LAVIS_PATH=$ROOT/src:$SITE_LAVIS:$STUBS:$SITE  # LAVIS' transformers 4.x and timm 0.4.12 first
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+EMBED_ARGS="--device cuda --dtype bfloat16 --configs small base"
 
 DRY=0
 if [ "${1:-}" = "--dry-run" ]; then
@@ -92,6 +97,7 @@ if [ "$DRY" = 1 ]; then
   echo "   floor, chunk and engine in fp32/fp16/bf16 at 5,000 x 25,000 (also rows, full), 10,000 x 50,000"
   echo "   (also peer) and 118,287 x 591,753"
   echo "   then, cap ${T_TRAIN}s: $PY benchmarks/train_step.py --device cuda --rounds 1 --steps 10 --json ${OUTDIR:-OUTDIR}/train_step.json"
+  echo "   then, cap ${T_EMBED}s: $PY benchmarks/mllm_embed.py $EMBED_ARGS --json ${OUTDIR:-OUTDIR}/mllm_embed.json"
   echo "5. summary: ${OUTDIR:-OUTDIR}/summary.json and summary.md (benchmarks/gpu_summary.py)"
   [ "$rc" = 0 ] || echo "gpu_check --dry-run: collection FAILED (above)" >&2
   exit "$rc"
@@ -100,7 +106,8 @@ fi
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
 LOG=$OUTDIR/gpu_check.log
-rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/summary.json "$OUTDIR"/summary.md
+rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/mllm_embed.json "$OUTDIR"/summary.json \
+  "$OUTDIR"/summary.md
 : > "$LOG"
 STEPS=$(mktemp)
 STARTED=$(date +%s)
@@ -218,28 +225,26 @@ print(f"LAVIS imports: transformers {transformers.__version__}, timm {timm.__ver
   fi
 fi
 
-# ---------------------------------------------------------------- benchmark at real sizes
-t0=$SECONDS
-PYTHONPATH=$MAIN_PATH timeout -k 10 "$T_BENCH" "$PY" benchmarks/retrieval_recall.py --device cuda \
-  --json "$OUTDIR/retrieval_recall.json" 2>&1 | tee -a "$LOG"
-rc=${PIPESTATUS[0]}
-case $rc in
-  0) status=ok ;;
-  124 | 137) status="timed out after ${T_BENCH}s" ;;
-  *) status="failed (exit $rc)" ;;
-esac
-step benchmark-retrieval_recall "$status" "$rc" $((SECONDS - t0)) "COCO-5K, 10K x 50K (peer) and COCO-train2017 sizes, fp32/fp16/bf16"
-
-t0=$SECONDS
-PYTHONPATH=$MAIN_PATH timeout -k 10 "$T_TRAIN" "$PY" benchmarks/train_step.py --device cuda --rounds 1 --steps 10 \
-  --json "$OUTDIR/train_step.json" 2>&1 | tee -a "$LOG"
-rc=${PIPESTATUS[0]}
-case $rc in
-  0) status=ok ;;
-  124 | 137) status="timed out after ${T_TRAIN}s" ;;
-  *) status="failed (exit $rc)" ;;
-esac
-step benchmark-train_step "$status" "$rc" $((SECONDS - t0)) "C5 step, BLIP-base shapes: text-only vs frozen ViT"
+# ---------------------------------------------------------------- benchmarks at real sizes
+bench() {  # bench NAME CAP NOTE COMMAND...: one capped step; its failure is recorded and the rest go on
+  local name=$1 cap=$2 note=$3 t0=$SECONDS rc status
+  shift 3
+  PYTHONPATH=$MAIN_PATH timeout -k 10 "$cap" "$@" 2>&1 | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) status=ok ;;
+    124 | 137) status="timed out after ${cap}s" ;;
+    *) status="failed (exit $rc)" ;;
+  esac
+  step "$name" "$status" "$rc" $((SECONDS - t0)) "$note"
+}
+bench benchmark-retrieval_recall "$T_BENCH" "COCO-5K, 10K x 50K (peer) and COCO-train2017 sizes, fp32/fp16/bf16" \
+  "$PY" benchmarks/retrieval_recall.py --device cuda --json "$OUTDIR/retrieval_recall.json"
+bench benchmark-train_step "$T_TRAIN" "C5 step, BLIP-base shapes: text-only vs frozen ViT" \
+  "$PY" benchmarks/train_step.py --device cuda --rounds 1 --steps 10 --json "$OUTDIR/train_step.json"
+# shellcheck disable=SC2086  # EMBED_ARGS is a list of words
+bench benchmark-mllm_embed "$T_EMBED" "EOL embedding: 1-by-1 / old chunks / length-sorted batches, bf16, small and base" \
+  "$PY" benchmarks/mllm_embed.py $EMBED_ARGS --json "$OUTDIR/mllm_embed.json"
 
 # ---------------------------------------------------------------- summary
 summary

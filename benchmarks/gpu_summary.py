@@ -3,7 +3,8 @@
     python benchmarks/gpu_summary.py OUTDIR --steps STEPS.jsonl --junit DIR --started EPOCH_SECONDS \\
         [--site main=DIR --site lavis=DIR]
 
-Reads the pytest JUnit files in ``--junit``, the benchmark's ``OUTDIR/retrieval_recall.json``
+Reads the pytest JUnit files in ``--junit``, the benchmarks' ``OUTDIR/retrieval_recall.json``
+(and ``train_step.json``, ``mllm_embed.json`` where present)
 and ``STEPS.jsonl`` (one ``{"step", "status", "rc", "seconds", "note"}``
 per step, written by the shell script), adds the machine (GPU, driver, torch, CUDA, Python)
 and the versions of the packages carried in each ``--site``, prints the Markdown, and exits
@@ -131,6 +132,15 @@ def markdown(s: dict) -> str:
                   "| peak extra GPU memory (MiB) |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['method']} | {r['samples_per_s']:.1f} | {r['over_frozen_vit']:.2f} | {r['step_s']:.3f} | "
                   f"{r['wait_s'] * 1e3:.1f} | {r['peak_extra_mib']:,.0f} |" for r in train["records"]]
+    embed = s.get("mllm_embed") or {}
+    if embed.get("results"):
+        lines += ["", "## EOL embedding (benchmarks/mllm_embed.py): items/s", "",
+                  "| config | dtype | set | 1-by-1 | old chunks | sorted | sorted / 1-by-1 | sorted / old |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['dtype']} | {name} | {r[name]['1-by-1_per_s']:.1f} | "
+                  f"{r[name]['old_per_s']:.1f} | {r[name]['sorted_per_s']:.1f} | {r[name]['sorted_ratio']:.2f} | "
+                  f"{r[name]['sorted_vs_old']:.2f} |"
+                  for r in embed["results"] for name in r if isinstance(r[name], dict) and "sorted_per_s" in r[name]]
     for name, pkgs in s["carried"].items():
         if pkgs:
             lines += ["", f"Carried ({name}): " + ", ".join(f"{k} {v}" for k, v in sorted(pkgs.items()))]
@@ -149,6 +159,8 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
     checks = recall_checks(bench) if bench else []
     train_path = outdir / "train_step.json"
     train = json.loads(train_path.read_text()) if train_path.is_file() else None
+    embed_path = outdir / "mllm_embed.json"
+    embed = json.loads(embed_path.read_text()) if embed_path.is_file() else None
     problems = [f"step {st['step']}: {st['status']}" + (f" ({st['note']})" if st.get("note") else "")
                 for st in steps if st["status"] != "ok"]
     problems += [f"test {t['id']}: {t['outcome']}" + (f": {t['message']}" if t["message"] else "")
@@ -172,6 +184,7 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
         "tests": tests,
         "benchmark": bench,
         "train_step": train,
+        "mllm_embed": embed,
         "recall_checks": checks,
         "carried": {name: carried(path) for name, path in sites.items()},
     }

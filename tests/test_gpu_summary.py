@@ -61,3 +61,23 @@ def test_the_summary_and_the_conftest_agree_on_the_optional_skip_reason():
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     assert conftest.OPTIONAL_SKIP == _summary_module().OPTIONAL_SKIP
+
+
+def test_the_eol_embedding_benchmark_gets_its_table(tmp_path):
+    """``benchmarks/mllm_embed.py --json`` as the GPU check writes it (here: the tiny config on the
+    CPU, two items) becomes a table of the summary's Markdown."""
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mllm_embed.py"), "--configs", "tiny", "--sets",
+                          "text", "--n", "2", "--repeat", "1", "--threads", "1", "--json", str(out / "mllm_embed.json")],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = _summary_module()
+    s = summary.summarize(out, None, [], 0.0, {})
+    (row,) = json.loads((out / "mllm_embed.json").read_text())["results"]
+    text = summary.markdown(s)
+    assert "## EOL embedding (benchmarks/mllm_embed.py): items/s" in text
+    assert f"| tiny | float32 | text | {row['text']['1-by-1_per_s']:.1f} |" in text

@@ -171,6 +171,14 @@ def _pickled_checkpoint(kit: Kit) -> Path:
     return p
 
 
+def _deepspeed_folder(kit: Kit) -> Path:
+    """A DeepSpeed checkpoint folder (DeepSpeedStrategy's) whose model states hold no weights."""
+    p = kit.tmp / "epoch_5.pth"
+    p.mkdir()
+    torch.save({"meta": {"epoch": 5}}, p / "mp_rank_00_model_states.pt")
+    return p
+
+
 def _tokenizer_folder_without_files(kit: Kit) -> Path:
     p = kit.tmp / "empty_tokenizer"
     p.mkdir()
@@ -332,6 +340,10 @@ CASES = [
      ["--resume", "pickled.pth", "weights_only=True"]),
     ("resume-not-a-checkpoint", lambda k: k.argv(more=("--resume", k.samples("notes.pth", "not a checkpoint\n"))),
      ["--resume", "notes.pth"]),
+    ("resume-a-folder", lambda k: k.argv(more=("--resume", _mkdir(k.tmp / "epoch_4.pth"))),
+     ["--resume", "epoch_4.pth", "(it is a folder)"]),
+    ("resume-deepspeed-folder-without-weights", lambda k: k.argv(more=("--resume", _deepspeed_folder(k))),
+     ["--resume", "mp_rank_00_model_states.pt", "holds no 'module'"]),
     ("dump-config-into-missing-folder", lambda k: k.argv(more=("--dump-config", k.tmp / "absent" / "cfg.py")),
      ["--dump-config", "no such folder"]),
     ("dump-config-onto-a-folder", lambda k: k.argv(more=("--dump-config", k.tmp)), ["--dump-config", "is a folder"]),

@@ -22,6 +22,27 @@ The resume case: a two-process run dies at its epoch-2 checkpoint (a folder stan
 rank 0 would write it; torchrun stops both ranks), and ``--resume`` under torchrun
 continues from epoch 1's checkpoint to where the uninterrupted two-process run ends.
 
+The FSDP case: the same two-process run on ``FlexibleRunner`` with MMEngine's
+``FSDPStrategy`` (torch's FSDP, ``FULL_SHARD``: each rank holds half of the flat parameter
+and of AdamW's state; ``state_dict_cfg: full`` gathers one checkpoint on rank 0), killed at
+its epoch-2 checkpoint as above and resumed. On CPU processes this runs only through
+``vlr train``'s strategy fixes (``vlr_plugins.integrations.mmengine.strategies``): without
+them MMEngine calls ``torch.cuda.set_device``, torch's FSDP looks for an accelerator, the
+gathered AdamW state comes out with ``exp_avg`` equal to ``exp_avg_sq``, and ``--resume``
+stops in MMEngine's call of ``FSDP.optim_state_dict_to_load``. The killed run trained both
+epochs before it died, so its logged losses are the whole run's; the resumed run ends where
+the one-process run ends, within the same 1e-5 (seen: 7e-7; a resume that lost AdamW's
+moments ends 1e-3 away).
+
+The DeepSpeed case (where deepspeed 0.19.0 to 0.19.6 is installed, else skipped): the
+recipe ``care/stage2_released_deepspeed`` (FlexibleRunner, ``DeepSpeedStrategy``, ZeRO-2:
+each rank keeps half of AdamW's state and reduces half of the gradients) on two CPU
+processes, DeepSpeed on its CPU accelerator over gloo, with what makes it the one-process
+run above: stage2_paper's prompt and schedule, fp32 (``bf16`` off), no clipping, no
+accumulation, buckets of 5e5 (the recipe's 2e8 allocate 800 MB of buffers on each rank).
+Killed at its epoch-2 checkpoint (a file stands where the folder would go) and resumed, it
+ends where the one-process run ends within 1e-5 (seen: 3e-6).
+
 ``loss.cache_chunk`` (gradient caching) is not an option of ``SupervisedSimCSELoss``, the
 CaRe stage II loss, so these runs are without it.
 """
@@ -47,16 +68,35 @@ TOL = 1e-5
 TRIPLETS, GLOBAL_BATCH, EPOCHS = 20, 4, 2
 
 
-def _train(folder: str, nli: str, work: Path, *, processes: int, resume: bool = False, fails: bool = False) -> str:
-    """``vlr train care/stage2_paper`` with LoRA into ``work`` in a fresh interpreter with no
-    GPU visible, under ``torchrun --standalone`` for several processes."""
-    argv = ["train", "care/stage2_paper", "--train", nli,
+#: ``--set`` values that train on FlexibleRunner with MMEngine's FSDPStrategy
+FSDP = ["runner_type=FlexibleRunner", "strategy={type: FSDPStrategy, state_dict_cfg: full}"]
+
+
+#: ``--set`` values that make ``care/stage2_released_deepspeed`` the one-process run of stage2_paper
+DEEPSPEED = ["model.embedder.prompt=care", "train_dataloader.dataset.prompt=care",
+             "param_scheduler=[{type: LinearLR, start_factor: 1.0e-6, end_factor: 1.0, by_epoch: true, begin: 0, "
+             "end: 0.4, convert_to_iter_based: true}, {type: LinearLR, start_factor: 1.0, end_factor: 0.0, "
+             "by_epoch: true, begin: 0.4, end: 2, convert_to_iter_based: true}]",
+             "strategy.bf16={enabled: false}", "strategy.gradient_clipping=0.0", "strategy.gradient_accumulation_steps=1",
+             "strategy.zero_optimization.reduce_bucket_size=500000",
+             "strategy.zero_optimization.allgather_bucket_size=500000",
+             "optim_wrapper.optimizer={type: AdamW, lr: 0.001, weight_decay: 0.0}"]
+
+
+def _train(folder: str, nli: str, work: Path, *, processes: int, resume: bool = False, fails: bool = False,
+           extra: tuple[str, ...] = (), recipe: str = "care/stage2_paper") -> str:
+    """``vlr train RECIPE`` (stage2_paper) with LoRA into ``work`` in a fresh interpreter with
+    no GPU visible, under ``torchrun --standalone`` for several processes; ``extra``: more
+    ``--set`` values, after the shared ones."""
+    optimizer = [] if recipe.endswith("deepspeed") else [
+        "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.001, weight_decay: 0.0}}"]
+    argv = ["train", recipe, "--train", nli,
             "--work-dir", str(work), *(["--resume"] if resume else []), "--set", f"model.embedder.pretrained={folder}",
             f"train_dataloader.dataset.tokenizer={folder}", f"train_dataloader.batch_size={GLOBAL_BATCH // processes}",
             "train_dataloader.num_workers=0", "train_dataloader.persistent_workers=false",
             f"train_cfg.max_epochs={EPOCHS}", "default_hooks.checkpoint.max_keep_ckpts=2",
-            "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.001, weight_decay: 0.0}}",
-            "env_cfg.dist_cfg.backend=gloo", "model.finetune=lora", "model.lora={r: 4, lora_alpha: 8, lora_dropout: 0.0}"]
+            *optimizer, "env_cfg.dist_cfg.backend=gloo", "model.finetune=lora", "model.lora={r: 4, lora_alpha: 8, lora_dropout: 0.0}",
+            *extra]
     return run_vlr_processes(argv, processes, fails=fails)
 
 
@@ -114,3 +154,53 @@ def test_resumed_two_lora_process_run_ends_where_the_uninterrupted_one_does(runs
     assert _losses(resumed) == pytest.approx(_losses(runs["two"])[steps:], abs=TOL)  # epoch 2's steps again
     uninterrupted = _weights(runs["two"] / "epoch_2.pth")
     assert _max_diff(_weights(killed / "epoch_2.pth"), uninterrupted, uninterrupted) < TOL
+
+
+def test_a_killed_and_resumed_two_process_fsdp_run_ends_where_one_process_ends(runs):
+    work = runs["tmp"] / "fsdp"
+    (work / "epoch_2.pth").mkdir(parents=True)  # rank 0's full checkpoint of epoch 2 cannot be written
+    log = _train(runs["folder"], runs["nli"], work, processes=2, fails=True, extra=FSDP)
+    assert "IsADirectoryError" in log and "epoch_2.pth" in log
+    assert (work / "last_checkpoint").read_text().strip() == str(work / "epoch_1.pth")
+    (work / "epoch_2.pth").rmdir()
+    _train(runs["folder"], runs["nli"], work, processes=2, resume=True, extra=FSDP)
+    died, resumed = sorted(work.glob("*/vis_data/scalars.json"))
+    steps = TRIPLETS // GLOBAL_BATCH
+    one = _losses(runs["one"])
+    assert _losses(died) == pytest.approx(one, abs=TOL)  # every step of both epochs, before it died
+    assert _losses(resumed) == pytest.approx(one[steps:], abs=TOL)
+    final_one, final_fsdp = _weights(runs["one"] / "epoch_2.pth"), _weights(work / "epoch_2.pth")
+    assert final_one.keys() == final_fsdp.keys()  # one full checkpoint, the unsharded names
+    assert _max_diff(final_one, final_fsdp, final_one) < TOL
+    moments = load_checkpoint(work / "epoch_1.pth")["optimizer"]["state"]
+    assert moments and all(not torch.equal(m["exp_avg"], m["exp_avg_sq"]) for m in moments.values())
+
+
+def test_a_killed_and_resumed_two_process_deepspeed_zero2_run_ends_where_one_process_ends(runs):
+    from importlib.metadata import version
+
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install 'vlr-plugins[deepspeed]')")
+    from packaging.version import Version
+
+    if not Version("0.19.0") <= Version(version("deepspeed")) < Version("0.19.7"):
+        pytest.skip(f"deepspeed {version('deepspeed')}: MMEngine 0.10.7 drives 0.19.0 to 0.19.6 (docs/scaling.md)")
+    work = runs["tmp"] / "deepspeed"
+    work.mkdir()
+    (work / "epoch_2.pth").touch()  # DeepSpeed's checkpoint of epoch 2 is a folder, and cannot be made
+    ds = dict(extra=DEEPSPEED, recipe="care/stage2_released_deepspeed")
+    log = _train(runs["folder"], runs["nli"], work, processes=2, fails=True, **ds)
+    assert "epoch_2.pth does not exist" in log  # DeepSpeed's words for a parent that is not a folder
+    assert (work / "last_checkpoint").read_text().strip() == str(work / "epoch_1.pth")
+    (work / "epoch_2.pth").unlink()
+    stdout = _train(runs["folder"], runs["nli"], work, processes=2, resume=True, **ds)
+    assert "DeepSpeed ZeRO-2" in stdout
+    died, resumed = sorted(work.glob("*/vis_data/scalars.json"))
+    steps = TRIPLETS // GLOBAL_BATCH
+    one = _losses(runs["one"])
+    assert _losses(died) == pytest.approx(one, abs=TOL)
+    assert _losses(resumed) == pytest.approx(one[steps:], abs=TOL)
+    final = load_checkpoint(work / "epoch_2.pth" / "mp_rank_00_model_states.pt")  # weights only, as the hooks wrote it
+    assert final["meta"]["vlr_schedule"] == {"max_epochs": EPOCHS}
+    final_one = _weights(runs["one"] / "epoch_2.pth")
+    assert final["module"].keys() == final_one.keys()
+    assert _max_diff(final_one, final["module"], final_one) < TOL

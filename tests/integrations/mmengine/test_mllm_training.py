@@ -145,6 +145,15 @@ def test_recipes_hold_the_published_values(recipe):
         assert warmup.end == pytest.approx(ratio * cfg.train_cfg.max_epochs) and cfg.model.finetune == "full"
 
 
+@pytest.mark.parametrize("recipe", ["stage1", "stage2_paper", "stage2_released", "stage2_released_deepspeed", "e5v"])
+def test_vlr_train_reads_each_care_recipe_as_an_mmengine_config(recipe):
+    """``stage2_released_deepspeed`` names its ``default_scope`` two ``_base_`` files up."""
+    from vlr_plugins.integrations.mmengine.native import is_native_config
+
+    assert is_native_config(os.path.join(RECIPES, f"{recipe}.yaml"))
+    assert not is_native_config(os.path.join(RECIPES, "_stage2.yaml"))  # a base: no vlr block
+
+
 def test_the_flexible_runner_path_runs_the_same_model(tiny_folder, nli_csv, tmp_path):
     """The GPU recipes use FlexibleRunner (DeepSpeed / FSDP strategies); on CPU its
     single-device strategy runs the same model, dataset and hooks."""

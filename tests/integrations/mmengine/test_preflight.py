@@ -84,6 +84,13 @@ def test_the_resume_checkpoint(tmp_path):
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pth")
     with pytest.raises(UsageError, match="holds no 'state_dict'"):
         check_resume_checkpoint(tmp_path / "other.pth")
+    # DeepSpeedStrategy's checkpoint: a folder, the weights and the runner's state in one file
+    deepspeed = tmp_path / "epoch_2.pth"
+    deepspeed.mkdir()
+    with pytest.raises(MissingFileError, match=r"no checkpoint at .*epoch_2.pth \(it is a folder\)"):
+        check_resume_checkpoint(deepspeed)
+    torch.save({"module": {"w": torch.zeros(2)}, "meta": {"epoch": 2}}, deepspeed / "mp_rank_00_model_states.pt")
+    check_resume_checkpoint(deepspeed)
 
 
 def test_a_failed_run_leaves_nothing_new(tmp_path):

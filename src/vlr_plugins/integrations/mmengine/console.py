@@ -104,7 +104,9 @@ class ConsoleFilter(logging.Filter):
 def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> Any:
     """The runner of ``cfg`` (a ``Config`` or dict), built as ``Runner.from_cfg`` builds it:
     ``cfg.runner_type`` picks the class (MMEngine's ``Runner`` by default, ``FlexibleRunner``
-    for DeepSpeed / FSDP strategies, any runner registered under MMEngine's ``RUNNERS``).
+    for DeepSpeed / FSDP strategies, any runner registered under MMEngine's ``RUNNERS``);
+    a ``DDPStrategy`` / ``FSDPStrategy`` also runs on CPU processes and resumes under FSDP
+    (:mod:`~vlr_plugins.integrations.mmengine.strategies`).
 
     Its console handler shows only what :class:`ConsoleFilter` lets through (``verbose``:
     everything); the run's log file keeps every line at the config's ``log_level``.
@@ -176,13 +178,15 @@ def _ours(base: type, console: ConsoleFilter | None, setup_env: str) -> type:
 def _flexible_runner(base: type, console: ConsoleFilter | None) -> type:
     from mmengine.registry import STRATEGIES
 
+    from vlr_plugins.integrations.mmengine.strategies import with_fixes
+
     def build_strategy(self: Any, strategy: Any = None, launcher: str = "none", **kwargs: Any) -> Any:
         if strategy is None:  # FlexibleRunner's own default
             strategy = dict(type="SingleDeviceStrategy" if launcher == "none" else "DDPStrategy")
         if isinstance(strategy, dict):
             kind = STRATEGIES.get(strategy["type"]) if isinstance(strategy["type"], str) else strategy["type"]
             if kind is not None:  # else MMEngine names the unknown type
-                strategy = dict(strategy, type=_ours(kind, console, "_setup_env"))
+                strategy = dict(strategy, type=_ours(with_fixes(kind), console, "_setup_env"))
         return super(cls, self).build_strategy(strategy, launcher, **kwargs)
 
     cls = type(base.__name__, (base,), {"build_strategy": build_strategy, "__module__": __name__})

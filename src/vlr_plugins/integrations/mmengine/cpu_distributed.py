@@ -18,6 +18,10 @@ fills both gaps where MMEngine leaves them open, and only there:
   otherwise; :func:`cpu_model_wrapper_cfg` makes it the wrapper of a CPU run that names
   none.
 
+``FlexibleRunner``'s DDP and FSDP strategies make the same assumptions;
+:mod:`~vlr_plugins.integrations.mmengine.strategies` fills them with these pieces
+(:func:`on_cpu_processes` tells when).
+
 With an accelerator per process nothing changes: MMEngine's own path runs.
 """
 
@@ -34,7 +38,7 @@ from mmengine.model import MMDistributedDataParallel
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.integrations.mmengine.registry import MODEL_WRAPPERS, SCOPE
 
-__all__ = ["CpuCapableDistributedDataParallel", "cpu_model_wrapper_cfg", "init_cpu_process_group"]
+__all__ = ["CpuCapableDistributedDataParallel", "cpu_model_wrapper_cfg", "init_cpu_process_group", "on_cpu_processes"]
 
 
 @MODEL_WRAPPERS.register_module()
@@ -56,6 +60,11 @@ def _cpu_run() -> bool:
     from mmengine.device import get_device
 
     return get_device() == "cpu"
+
+
+def on_cpu_processes() -> bool:
+    """A process group is started and the processes train on the CPU."""
+    return dist.is_available() and dist.is_initialized() and _cpu_run()
 
 
 def init_cpu_process_group(launcher: str, env_cfg: dict | None) -> bool:

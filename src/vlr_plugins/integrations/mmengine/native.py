@@ -39,15 +39,22 @@ def is_native_config(path: str | os.PathLike) -> bool:
     return isinstance(raw, dict) and isinstance(raw.get("vlr"), dict) and "default_scope" in _with_bases(raw, path)
 
 
-def _with_bases(raw: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+def _with_bases(raw: dict[str, Any], path: str | os.PathLike, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The top-level keys of ``raw`` and of its ``_base_`` chain, bases of bases included
+    (``stage2_released_deepspeed`` -> ``stage2_released`` -> ``_stage2``)."""
     keys = dict(raw)
     bases = raw.get("_base_") or []
     for base in [bases] if isinstance(bases, str) else bases:
+        where = os.path.normpath(os.path.join(os.path.dirname(path), str(base)))
+        if where in seen:  # a cycle: MMEngine's loader reports it
+            continue
         try:
-            with open(os.path.join(os.path.dirname(path), base), encoding="utf-8") as f:
-                keys.update(yaml.safe_load(f) or {})
-        except (OSError, yaml.YAMLError):
-            pass
+            with open(where, encoding="utf-8") as f:
+                parent = yaml.safe_load(f)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(parent, dict):
+            keys.update(_with_bases(parent, where, seen | {where}))
     return keys
 
 

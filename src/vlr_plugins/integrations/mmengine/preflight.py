@@ -212,19 +212,27 @@ def check_output_file(path: str | os.PathLike, option: str) -> None:
         raise UsageError(option, f"cannot write {p} (permission denied)")
 
 
+#: the file of a DeepSpeed checkpoint folder that holds the weights and the runner's state
+_DEEPSPEED_MODEL_STATES = "mp_rank_00_model_states.pt"
+
+
 def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
                             train_cfg: Mapping[str, Any] | None = None,
                             settings: Mapping[str, str] | None = None) -> None:
     """``path`` is a checkpoint MMEngine can resume from: a file that
     ``torch.load(weights_only=True)`` reads (what ``WeightsOnlyCheckpointHook`` writes)
-    holding a ``state_dict``, and (given the run's ``train_cfg``) written by a run of the
+    holding a ``state_dict`` (or, from ``DeepSpeedStrategy``, a folder whose
+    ``mp_rank_00_model_states.pt`` is such a file holding the weights as ``module``), and
+    (given the run's ``train_cfg``) written by a run of the
     same length: MMEngine restores the checkpoint's parameter schedules as they were built,
     so a longer run would spend its extra epochs at the schedule's final learning rate and
     a shorter one stop mid-schedule. Errors name ``option`` and the setting to change
     (``settings``: the user's name of each ``train_cfg`` key, default ``train_cfg.<key>``)."""
     from vlr_plugins.checkpoint_meta import load_weights_only
 
-    p = Path(path)
+    p, weights = Path(path), "state_dict"
+    if p.is_dir() and (p / _DEEPSPEED_MODEL_STATES).is_file():
+        p, weights = p / _DEEPSPEED_MODEL_STATES, "module"
     if not p.is_file():
         raise MissingFileError(f"{option}: no checkpoint at {p}" + (" (it is a folder)" if p.is_dir() else ""))
     try:
@@ -232,8 +240,8 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
         ckpt = load_weights_only(p, mmap=True)
     except DataFormatError as e:
         raise UsageError(option, str(e)) from None
-    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
-        raise UsageError(option, f"{p} holds no 'state_dict': not a checkpoint of `vlr train`")
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get(weights), dict):
+        raise UsageError(option, f"{p} holds no {weights!r}: not a checkpoint of `vlr train`")
     recorded = (ckpt.get("meta") or {}).get("vlr_schedule") or {}
     for key, then in recorded.items():
         now = (train_cfg or {}).get(key)

@@ -1,0 +1,149 @@
+"""``FlexibleRunner``'s DDP, FSDP and DeepSpeed strategies as ``vlr train`` builds them: on CPU
+processes (gloo) too, and resumable under FSDP, without patching MMEngine or torch.
+
+:func:`~vlr_plugins.integrations.mmengine.console.build_runner` puts :class:`CpuProcessGroup`
+in front of a config's ``DDPStrategy``, ``FSDPStrategy`` or ``DeepSpeedStrategy`` (or a
+subclass): as :class:`StrategyFixes` for the first two, as :class:`DeepSpeedFixes` for
+DeepSpeed, keeping the strategy's class name (:func:`with_fixes`). What they add to
+MMEngine 0.10's:
+
+- **CPU processes: the group** (all three). They start their process group through
+  ``init_dist``, which calls ``torch.cuda.set_device``. Where no accelerator is visible,
+  :func:`~vlr_plugins.integrations.mmengine.cpu_distributed.init_cpu_process_group` starts
+  it first (as on the ``Runner`` path), and MMEngine finds it started. DeepSpeed then runs
+  on its CPU accelerator (``DS_ACCELERATOR=cpu``, or found so), whose communication backend
+  is gloo without Intel's oneCCL bindings.
+- **CPU processes: the wrapper.** ``DDPStrategy`` passes ``device_ids=[LOCAL_RANK]``, which
+  DDP refuses for a CPU module: a config that names no wrapper gets
+  :class:`~vlr_plugins.integrations.mmengine.cpu_distributed.CpuCapableDistributedDataParallel`.
+  ``FSDPStrategy`` passes ``device_id=LOCAL_RANK``, which torch's FSDP reads as a CUDA
+  index: its wrapper gets ``device_id=torch.device("cpu")`` unless the config names one
+  (torch's FSDP shards and trains on CPU processes over gloo once told the device).
+- **CPU processes: FSDP's optimizer checkpoint.** With ``state_dict_cfg: full``, MMEngine
+  asks for the optimizer state gathered with ``offload_to_cpu=True``; torch's FSDP then
+  skips its copy of each gathered state and relies on ``.cpu()`` to make one, which on
+  the CPU returns the gather buffer itself: every state of a parameter comes out as the
+  last one gathered (AdamW's ``exp_avg`` saved equal to its ``exp_avg_sq``), and a resumed
+  run drifts from the uninterrupted one. On CPU processes the gather does not offload
+  (the state is on the CPU already).
+- **DeepSpeed checkpoints, on any device**: the runner's checkpoint hooks
+  (:class:`DeepSpeedFixes`).
+- **FSDP resume, on any device.** ``FSDPStrategy.load_optim_state_dict`` calls
+  ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, torch 2.0's argument
+  order; since torch 2.1 it is ``(model, optim, optim_state_dict)``, and the call stops
+  with "unhashable type: 'dict'" on every ``--resume``. Ours passes them by name.
+
+Which DeepSpeed releases MMEngine 0.10.7 can drive, and on CPU: docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import torch
+
+from vlr_plugins.integrations.mmengine.cpu_distributed import (CpuCapableDistributedDataParallel,
+                                                               init_cpu_process_group, on_cpu_processes)
+from vlr_plugins.integrations.mmengine.registry import SCOPE
+
+__all__ = ["CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "with_fixes"]
+
+
+def _is_fsdp(strategy: Any) -> bool:
+    from mmengine._strategy import FSDPStrategy
+
+    return isinstance(strategy, FSDPStrategy)
+
+
+class CpuProcessGroup:
+    """Put before an MMEngine strategy that starts a process group (``DDPStrategy``,
+    ``FSDPStrategy``, ``DeepSpeedStrategy``) in the MRO: on CPU processes the group is
+    started without ``torch.cuda.set_device``."""
+
+    def _setup_env(self, *, launcher: str | None = None, dist_cfg: dict | None = None, **kwargs: Any) -> None:
+        if launcher not in (None, "none"):
+            init_cpu_process_group(launcher, {"dist_cfg": dist_cfg})
+        super()._setup_env(launcher=launcher, dist_cfg=dist_cfg, **kwargs)  # type: ignore[misc]
+
+
+class DeepSpeedFixes(CpuProcessGroup):
+    """Put before MMEngine's ``DeepSpeedStrategy`` in the MRO: the process group on CPU
+    processes, and the runner's checkpoint hooks, which MMEngine's DeepSpeed strategy does not
+    call ("``callback`` parameter is not supported yet"): ``before_save_checkpoint`` on what
+    the runner adds to DeepSpeed's checkpoint (``meta``, ``message_hub``), and
+    ``after_load_checkpoint`` on what a resume reads back, so that
+    :class:`~vlr_plugins.integrations.mmengine.hooks.WeightsOnlyCheckpointHook` writes
+    DeepSpeed's ``mp_rank_00_model_states.pt`` loadable by ``torch.load(weights_only=True)``.
+    The DeepSpeed config is kept as plain dicts (DeepSpeed saves it there too)."""
+
+    config: dict
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = json.loads(json.dumps(self.config))  # MMEngine's ConfigDicts -> dicts
+
+    def save_checkpoint(self, filename: str, *, extra_ckpt: dict | None = None, callback: Any = None,
+                        **kwargs: Any) -> None:
+        extra_ckpt = dict(extra_ckpt or {})
+        if callback is not None:
+            callback(extra_ckpt)
+        super().save_checkpoint(filename, extra_ckpt=extra_ckpt, **kwargs)  # type: ignore[misc]
+
+    def resume(self, filename: str, *, callback: Any = None, **kwargs: Any) -> dict:
+        checkpoint = super().resume(filename, **kwargs)  # type: ignore[misc]
+        if callback is not None:
+            callback(checkpoint)
+        return checkpoint
+
+
+class StrategyFixes(CpuProcessGroup):
+    """Put before an MMEngine ``DDPStrategy`` or ``FSDPStrategy`` (or a subclass) in the
+    MRO; the module's docstring says what each method adds."""
+
+    model_wrapper: dict | None
+
+    def _wrap_model(self, model: Any) -> Any:
+        if on_cpu_processes():
+            if _is_fsdp(self):
+                wrapper = dict(self.model_wrapper or {"type": "MMFullyShardedDataParallel"})
+                wrapper.setdefault("device_id", torch.device("cpu"))
+                self.model_wrapper = wrapper
+                optim_cfg = self.optim_state_dict_config  # type: ignore[attr-defined]
+                if getattr(optim_cfg, "offload_to_cpu", False):
+                    self.optim_state_dict_config = dataclasses.replace(optim_cfg, offload_to_cpu=False)
+            elif self.model_wrapper is None:
+                self.model_wrapper = dict(type=f"{SCOPE}.{CpuCapableDistributedDataParallel.__name__}",
+                                          broadcast_buffers=False)
+        return super()._wrap_model(model)  # type: ignore[misc]
+
+    def load_optim_state_dict(self, state_dict: dict) -> None:
+        if not _is_fsdp(self):
+            return super().load_optim_state_dict(state_dict)  # type: ignore[misc]
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        wrapper = self.optim_wrapper  # type: ignore[attr-defined]
+        loaded = FSDP.optim_state_dict_to_load(model=self.model, optim=wrapper.optimizer,  # type: ignore[attr-defined]
+                                               optim_state_dict=state_dict)
+        # what the optimizer wrapper saves beside the optimizer's state (AmpOptimWrapper: loss_scaler)
+        loaded.update({k: v for k, v in state_dict.items() if k not in ("state", "param_groups")})
+        wrapper.load_state_dict(loaded)
+
+
+def with_fixes(kind: type) -> type:
+    """``kind`` (a strategy class) with :class:`StrategyFixes` in front when it is a
+    ``DDPStrategy`` (``FSDPStrategy`` is one), :class:`DeepSpeedFixes` when it is a
+    ``DeepSpeedStrategy``, under the same name, which ``FlexibleRunner`` reads (it gives
+    DeepSpeed its micro batch by that name); any other strategy comes back unchanged."""
+    from mmengine._strategy import DDPStrategy
+
+    if issubclass(kind, CpuProcessGroup):
+        return kind
+    if issubclass(kind, DDPStrategy):
+        fix: type = StrategyFixes
+    elif any(k.__name__ == "DeepSpeedStrategy" for k in kind.__mro__):  # importable only with deepspeed
+        fix = DeepSpeedFixes
+    else:
+        return kind
+    return type(kind.__name__, (fix, kind), {"__module__": __name__})
