@@ -20,6 +20,10 @@ main_env() {
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -c constraints.txt -r <(grep -E '^(torch|torchvision)==' constraints.txt)
     "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test,ray,mteb]"
+    # DeepSpeed (the `deepspeed` extra: CaRe's ZeRO-2 recipe, run on CPU processes by the tests) builds
+    # against the installed torch, so without build isolation, and with setuptools' own bdist_wheel
+    "$VENV/bin/python" -m pip install -q -c constraints.txt "setuptools>=70.1" wheel
+    "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[deepspeed]"
     echo "$want" > "$stamp"
   fi
 }
