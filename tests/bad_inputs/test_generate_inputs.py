@@ -184,7 +184,7 @@ FAILING_MODELS = {
     "body-not-json": (lambda body: raw('{"id": "chatcmpl-1", "choi'), "not a chat completion: not JSON", False),
     "html-page": (lambda body: raw("<html>Bad gateway</html>", content_type="text/html"),
                   "not a chat completion", False),
-    "every-answer-malformed": (lambda body: "", "malformed answer after 1 tries", True),
+    "every-answer-malformed": (lambda body: "", "malformed answer after 1 try", True),
 }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vlr_plugins.chat.cache import ChatCache, cache_key
-from vlr_plugins.chat.json_answer import reask_messages
+from vlr_plugins.chat.json_answer import malformed_error, reask_messages
 from vlr_plugins.chat.request import ChatRequest, ChatResult
 from vlr_plugins.chat.summary import RunSummary
 
@@ -99,7 +99,7 @@ class BatchedChatBackend:
                     self.summary.add(malformed=1)
                 if tries > self.reasks:
                     self.summary.add(failures=1)
-                    results[i] = ChatResult(text=answer, error=f"malformed answer after {tries} tries: {problem}")
+                    results[i] = ChatResult(text=answer, error=malformed_error(tries, problem))
                 else:
                     self.summary.add(reasks=1)
                     messages[i] = reask_messages(messages[i], answer, problem)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["REASK_PROMPT", "MalformedAnswer", "parse_json_answer", "reask_messages"]
+__all__ = ["REASK_PROMPT", "MalformedAnswer", "malformed_error", "parse_json_answer", "reask_messages"]
 
 #: the follow-up turn that asks for a malformed answer again; ``{problem}`` names what was wrong
 REASK_PROMPT = ("Your answer could not be read: {problem}. Answer again with only what was "
@@ -54,3 +54,9 @@ def reask_messages(messages: Sequence[Mapping[str, Any]], answer: str,
     names the ``problem`` (:data:`REASK_PROMPT`): another request, so another cache entry."""
     return [*(dict(m) for m in messages), {"role": "assistant", "content": answer},
             {"role": "user", "content": REASK_PROMPT.format(problem=problem)}]
+
+
+def malformed_error(tries: int, problem: str) -> str:
+    """A request's error once none of its ``tries`` answers could be read: ``malformed answer
+    after 2 tries: <the last answer's problem>``."""
+    return f"malformed answer after {tries} {'try' if tries == 1 else 'tries'}: {problem}"

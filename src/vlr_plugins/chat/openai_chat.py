@@ -15,7 +15,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from vlr_plugins.chat.cache import ChatCache, cache_key
-from vlr_plugins.chat.json_answer import reask_messages
+from vlr_plugins.chat.json_answer import malformed_error, reask_messages
 from vlr_plugins.chat.media import VIDEO_TRANSPORTS, media_of, to_openai_messages
 from vlr_plugins.chat.request import ChatRequest, ChatResult, ChatSettings, EndpointError
 from vlr_plugins.chat.retry import retry_after_seconds, retryable_status
@@ -191,7 +191,7 @@ class OpenAIChatClient:
             if tries > self.settings.reasks:
                 self.summary.add(failures=1)
                 log.warning("malformed answer after %d tries: %s", tries, problem)
-                return ChatResult(text=text, error=f"malformed answer after {tries} tries: {problem}")
+                return ChatResult(text=text, error=malformed_error(tries, problem))
             self.summary.add(reasks=1)
             messages = reask_messages(messages, text, problem)
         raise AssertionError("unreachable")
