@@ -125,3 +125,13 @@ def tiny_checkpoint(tmp_path_factory, tiny_world, tiny_encoder_cfg):
     Runner.from_cfg(Config(recipe_to_mmengine_config(recipe, str(work), log_level="WARNING"))).train()
     logging.getLogger("mmengine").handlers.clear()
     return work / "epoch_1.pth"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_mmengine():
+    """After each test, MMEngine's logger loses its handlers: a runner adds a file handler in its
+    work_dir (a test's tmp_path) and a console handler, which later tests would keep writing to."""
+    yield
+    import logging
+
+    logging.getLogger("mmengine").handlers.clear()

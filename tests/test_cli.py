@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -11,12 +10,6 @@ import sys
 import pytest
 
 from vlr_plugins.cli import main
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 def test_list_shows_every_kind_with_descriptions(capsys):

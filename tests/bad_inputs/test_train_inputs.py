@@ -9,7 +9,6 @@ Read a row as: *this input* -> *the message names these words*.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,9 @@ pytest.importorskip("mmengine")
 
 
 @pytest.fixture(autouse=True)
-def _quiet_mmengine(monkeypatch):
+def _plain_run(monkeypatch):
     monkeypatch.delenv("VLR_DEBUG", raising=False)
     monkeypatch.delenv("RANK", raising=False)  # not started by torchrun
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @dataclass

@@ -8,19 +8,12 @@ skipping the module.
 from __future__ import annotations
 
 import copy
-import logging
 import math
 
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

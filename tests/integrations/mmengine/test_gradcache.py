@@ -17,12 +17,6 @@ from vlr_plugins.integrations.mmengine import recipe_to_mmengine_config  # noqa:
 from vlr_plugins.recipe import load_recipe  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
-
-
 def _runner(tiny_world, tiny_encoder_cfg, work_dir, cache_chunk=None, accumulate=1):
     """paragraph/c5 (several texts per image) on the tiny world: 3 steps of batch 16. The
     tiny encoder has no dropout, so one pass over the batch is the reference; the core tests

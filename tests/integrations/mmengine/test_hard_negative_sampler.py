@@ -6,7 +6,6 @@ anchor's mined negative; MMEngine builds the batch sampler from its own ``Defaul
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ pytest.importorskip("av")
 
 from _refusal import run_vlr  # noqa: E402
 from vlr_plugins.data import HardNegativeBatchSampler, negative_indices, read_mvc_samples  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @pytest.fixture(scope="module")

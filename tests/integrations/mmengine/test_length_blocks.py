@@ -21,12 +21,6 @@ from vlr_plugins.text import length_block_bounds  # noqa: E402
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
-
-
 def _runner(tiny_world, tiny_encoder_cfg, work_dir, length_blocks, cache_chunk=None):
     """paragraph/c5 (a caption and a paragraph per image) on the tiny world: 3 steps of
     batch 16. The tiny encoder has no dropout, so every run computes the same function."""

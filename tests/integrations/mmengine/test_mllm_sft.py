@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
 
 import pytest
@@ -39,12 +38,6 @@ TINY = {
     "env_cfg.dist_cfg.backend": "gloo",
 }
 OPTIM = {"type": "OptimWrapper", "optimizer": {"type": "AdamW", "lr": 1e-2, "weight_decay": 0.0}}
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @pytest.fixture(scope="module")

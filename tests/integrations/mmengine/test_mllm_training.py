@@ -4,7 +4,6 @@ vision tower stays bit-identical, LoRA merges exactly, and the model is the core
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
@@ -25,12 +24,6 @@ from vlr_plugins.integrations.mmengine.mllm_model import EOLContrastiveModel  # 
 from vlr_plugins.mllm import EOLEmbedder, EOLTripletsDataset, collate_eol_triplets  # noqa: E402
 
 RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "recipes", "care")
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
-
-
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     return str(save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_qwen2vl"), seed=1))

@@ -8,7 +8,6 @@ imported inside the tests, so that a missing one fails the GPU check instead of 
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
@@ -16,12 +15,6 @@ import torch
 from _mvc_world import mvc_world, tiny_sets
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @pytest.mark.parametrize("dtype, checkpointing", [("float16", False), ("bfloat16", True)])

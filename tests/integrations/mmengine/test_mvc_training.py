@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import logging
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ pytest.importorskip("mmengine")
 pytest.importorskip("av")
 
 from vlr_plugins.cli import main  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
 
 
 @pytest.fixture(scope="module")

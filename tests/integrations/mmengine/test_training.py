@@ -35,12 +35,6 @@ def make_runner(recipe, work_dir, **cfg_changes):
     return Runner.from_cfg(cfg)
 
 
-@pytest.fixture(autouse=True)
-def _quiet_mmengine():
-    yield
-    logging.getLogger("mmengine").handlers.clear()
-
-
 @pytest.mark.parametrize("name", ["paragraph/c5", "paragraph/c7", "paragraph/c2"])
 def test_training_changes_only_the_text_side_and_validates(name, tiny_world, tiny_encoder_cfg, tmp_path):
     recipe = recipe_for(name, tiny_world, tiny_encoder_cfg)
