@@ -1,8 +1,8 @@
 """Benchmark: scaling out on one machine -- ``vlr precompute`` against its encoder's own rate,
 two shards against one process, and the two-process training step against one process.
 
-    python benchmarks/scaling.py                  # a few minutes on 2 quiet cores (docs/benchmarks.md)
-    python benchmarks/scaling.py --quick          # a smoke run: tiny towers, seconds per measurement
+    python benchmarks/scaling.py                  # 6.5 min on 2 quiet cores (docs/benchmarks.md)
+    python benchmarks/scaling.py --quick          # a smoke run: tiny towers, 1-2 min (mostly start-up)
     python benchmarks/scaling.py --parts shards,train --media images --rounds 5 --json scaling.json
 
 Parts (``--parts``; ``--media`` picks images, videos or both for the first two):
@@ -18,7 +18,7 @@ Parts (``--parts``; ``--media`` picks images, videos or both for the first two):
   (both cores in one process; reported). The merged store is compared byte for byte with the
   one-thread process's.
 * ``train`` -- ``vlr train`` of a small ``paragraph/c5`` (a 4 x 256 BLIP text encoder on
-  captions and ~100-token paragraphs, 256-d frozen image embeddings from a store, global batch
+  captions and ~80-token paragraphs, 256-d frozen image embeddings from a store, global batch
   32) under ``torchrun --standalone --nproc_per_node 2`` (gloo, CPU, one thread per rank)
   against one process of one thread with the same global batch, and one process of two
   threads. A step's time is MMEngine's own (``time`` in ``vis_data/scalars.json``, logged every
@@ -26,7 +26,7 @@ Parts (``--parts``; ``--media`` picks images, videos or both for the first two):
   global batch gives the same loss).
 
 Towers are random, built from configs (nothing downloaded): a BLIP image side saved as a
-``blip:FOLDER`` (ViT 4 x 256, 224 px) and a frame-pooled timm ViT-Tiny (12 x 192, 224 px) from
+``blip:FOLDER`` (ViT 4 x 256, 224 px) and a frame-pooled timm ViT-Tiny (6 x 192, 224 px) from
 a tower config. Images are 480 x 360 JPEGs, clips those of benchmarks/video_decode.py (320 x
 240 H.264, 30 fps, a keyframe every 2 s), 8 frames each, ``middle``.
 
