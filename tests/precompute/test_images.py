@@ -309,3 +309,44 @@ def test_importing_the_package_stays_light():
         env={**os.environ, "PYTHONPATH": str(src)},
     )
     assert out.stdout.strip() == "[]"
+
+
+
+def test_the_next_batch_is_opened_while_this_one_is_encoded_and_a_bad_image_fails_in_order(tmp_path, monkeypatch):
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import Image
+
+    import vlr_plugins.precompute.images as images
+    from vlr_plugins.errors import DataFormatError
+    from vlr_plugins.precompute.images import decoded_batches
+
+    paths = []
+    for i in range(7):
+        paths.append(tmp_path / f"{i}.png")
+        Image.new("RGB", (4 + i, 3), (i, 0, 0)).save(paths[-1])
+    batches = [[(str(i), paths[i]) for i in range(s, min(s + 3, 7))] for s in range(0, 7, 3)]
+    opened: set[str] = set()
+    real = images._open_rgb
+    monkeypatch.setattr(images, "_open_rgb", lambda path: (opened.add(path.name), real(path))[1])  # records, opens
+    for pool in (None, ThreadPoolExecutor(3)):
+        opened.clear()
+        got = []
+        for k, (batch, pil) in enumerate(decoded_batches(iter(batches), pool)):
+            got.append(([i for i, _ in batch], [im.size for im in pil]))
+            following = {path.name for _, path in batches[k + 1]} if k + 1 < len(batches) else set()
+            if pool is None:  # one batch at a time
+                assert not following & opened
+            else:  # the next batch is opened by the pool while this one is in the caller's hands
+                deadline = time.monotonic() + 10
+                while not following <= opened and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert following <= opened, (k, following - opened)
+        assert got == [([i for i, _ in b], [(4 + int(i), 3) for i, _ in b]) for b in batches]
+    paths[4].write_bytes(b"not an image")
+    seen = []
+    with pytest.raises(DataFormatError, match="4.png"):
+        for batch, _ in decoded_batches(iter(batches), ThreadPoolExecutor(2)):
+            seen.append(batch[0][0])
+    assert seen == ["0"]  # the batch before the bad image's reached the caller; the bad one raised

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -39,6 +39,7 @@ from vlr_plugins.errors import DataFormatError, MissingFileError, _type_name, im
 __all__ = [
     "IMAGE_SUFFIXES",
     "BlipImageEncoder",
+    "decoded_batches",
     "list_images",
     "imported_image_encoder",
     "precompute_image_embeddings",
@@ -250,6 +251,26 @@ def _encoder_name(encoder: Any) -> str:
     return f"{target.__module__}:{target.__qualname__}"
 
 
+def decoded_batches(batches: Iterable[Sequence[tuple[str, Path]]],
+                    pool: ThreadPoolExecutor | None) -> Iterator[tuple[Sequence[tuple[str, Path]], list]]:
+    """Each batch of ``(id, path)`` with its images opened (RGB PIL images, in order). With a
+    ``pool``, the next batch is opened by its threads while the caller encodes this one, so the
+    encoder does not wait for decoding (at most two batches are held); a bad image raises when
+    its batch is reached, after the batches before it. ``batches`` is read one ahead."""
+    if pool is None:
+        for batch in batches:
+            yield batch, [_open_rgb(path) for _, path in batch]
+        return
+    pending = None
+    for batch in batches:
+        futures = [pool.submit(_open_rgb, path) for _, path in batch]
+        if pending is not None:
+            yield pending[0], [f.result() for f in pending[1]]
+        pending = (batch, futures)
+    if pending is not None:
+        yield pending[0], [f.result() for f in pending[1]]
+
+
 def _open_rgb(path: Path) -> Any:
     from PIL import Image
 
@@ -344,10 +365,8 @@ def precompute_image_embeddings(
     try:
         bar = tqdm(total=len(images), unit="img", desc="encoding images", disable=not progress)
         with bar:
-            for start in range(0, len(images), batch_size):
-                batch = images[start : start + batch_size]
-                paths = [p for _, p in batch]
-                pil = list(pool.map(_open_rgb, paths)) if pool else [_open_rgb(p) for p in paths]
+            batches = (images[start : start + batch_size] for start in range(0, len(images), batch_size))
+            for batch, pil in decoded_batches(batches, pool):
                 emb = _as_embeddings(encoder(pil), [i for i, _ in batch], dim, name, dtype)
                 if writer is None:
                     dim = int(emb.shape[1])

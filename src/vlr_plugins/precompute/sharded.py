@@ -140,7 +140,7 @@ def run_image_shard(job: ShardJob, encoder: Callable[[list[Any]], torch.Tensor],
                     num_workers: int = 4) -> int:
     """Encode this shard's images into its part, in the single-process run's batches (a resumed
     run encodes again the whole batch a kill interrupted, and keeps only its missing rows)."""
-    from vlr_plugins.precompute.images import _as_embeddings, _encoder_name, _open_rgb
+    from vlr_plugins.precompute.images import _as_embeddings, _encoder_name, decoded_batches
 
     name = _encoder_name(encoder)
     dim = getattr(encoder, "dim", None)
@@ -159,12 +159,11 @@ def run_image_shard(job: ShardJob, encoder: Callable[[list[Any]], torch.Tensor],
     writer = job.writer(dim, dtype, store_meta, resume=resume, overwrite=overwrite) if dim is not None else None
     pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
     try:
-        for start in range(0, len(mine), batch_size):
-            batch = mine[start : start + batch_size]
-            if writer is not None and all(i in writer for i, _ in batch):
-                continue
-            paths = [p for _, p in batch]
-            pil = list(pool.map(_open_rgb, paths)) if pool else [_open_rgb(p) for p in paths]
+        # a resumed shard skips the batches it wrote (a batch is opened one ahead of its encoding:
+        # one found whole only after that is still encoded, and none of its rows added twice)
+        todo = (batch for batch in (mine[start : start + batch_size] for start in range(0, len(mine), batch_size))
+                if writer is None or not all(i in writer for i, _ in batch))
+        for batch, pil in decoded_batches(todo, pool):
             emb = _as_embeddings(encoder(pil), [i for i, _ in batch], dim, name, dtype)
             if writer is None:
                 dim = int(emb.shape[1])
