@@ -21,9 +21,12 @@ main_env() {
     "$VENV/bin/python" -m pip install -q -c constraints.txt -r <(grep -E '^(torch|torchvision)==' constraints.txt)
     "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[all,test,ray,mteb]"
     # DeepSpeed (the `deepspeed` extra: CaRe's ZeRO-2 recipe, run on CPU processes by the tests) builds
-    # against the installed torch, so without build isolation, and with setuptools' own bdist_wheel
+    # against the installed torch, so without build isolation, with setuptools' own bdist_wheel; the
+    # requirement is the extra's, read from pyproject.toml
+    local deepspeed
+    deepspeed=$("$VENV/bin/python" -c 'import tomllib; extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["deepspeed"]; print(next(r for r in extra if r.startswith("deepspeed")))')
     "$VENV/bin/python" -m pip install -q -c constraints.txt "setuptools>=70.1" wheel
-    "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt -e ".[deepspeed]"
+    "$VENV/bin/python" -m pip install -q --no-build-isolation -c constraints.txt "$deepspeed"
     echo "$want" > "$stamp"
   fi
 }
