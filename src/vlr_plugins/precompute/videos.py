@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,20 @@ class _Clips(torch.utils.data.Dataset):
         return index, self.transform(raw), None
 
 
-def _as_list(batch: list[Any]) -> list[Any]:
+def _as_list(batch: Any) -> Any:
     return batch
+
+
+def _in_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in consecutive lists of ``size`` (the last one shorter)."""
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _checked_embeddings(out: Any, ids: Sequence[str], dim: int | None, name: str) -> torch.Tensor:
@@ -225,8 +237,13 @@ def precompute_video_embeddings(
                                              resume=resume, flush_rows=flush_rows, flush_seconds=flush_seconds)
 
     transform = video_transform(False, size, mean, std)
-    loader = torch.utils.data.DataLoader(_Clips(todo, frames, sampler, seed, backend, transform),
-                                         batch_size=batch_size, num_workers=num_workers, collate_fn=_as_list)
+    # the workers decode clips one at a time and this process cuts them into batches: the first
+    # batch is ready once batch_size clips are decoded by all the workers together (a worker per
+    # batch kept the tower waiting for one worker to decode a whole batch), and about two batches
+    # are decoded ahead of the tower (at most, the same order and batches as without workers)
+    loader = torch.utils.data.DataLoader(_Clips(todo, frames, sampler, seed, backend, transform), batch_size=None,
+                                         num_workers=num_workers, collate_fn=_as_list,
+                                         prefetch_factor=-(-2 * batch_size // num_workers) if num_workers else None)
     device = _tower_device(encoder)
     writer: ResumableEmbeddingStoreWriter | None = None
     failed: list[dict[str, Any]] = []
@@ -234,7 +251,7 @@ def precompute_video_embeddings(
         bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="video", desc="encoding videos",
                    disable=not progress)
         with bar:
-            for batch in loader:
+            for batch in _in_batches(loader, batch_size):
                 failed.extend(failure for _, _, failure in batch if failure is not None)
                 good = [(index, clip) for index, clip, failure in batch if failure is None]
                 if good:
