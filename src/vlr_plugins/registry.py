@@ -105,11 +105,11 @@ class Registry:
         if all(m in sys.modules for m in self._modules) or not INDEX.is_file():
             return [Entry(e.name, None, e.description, e.module) for e in self.entries(pattern)]
         with open(INDEX, encoding="utf-8") as f:
-            rows = json.load(f).get(self.kind, [])
-        extra = {k: e for k, e in self._entries.items() if not any(r["name"] == k for r in rows)}
-        out = [Entry(r["name"], None, r["description"], r["module"]) for r in rows]
-        out += [Entry(e.name, None, e.description, e.module) for e in extra.values()]
-        return sorted((e for e in out if fnmatch.fnmatch(e.name, pattern)), key=lambda e: e.name)
+            rows = {r["name"]: r for r in json.load(f).get(self.kind, [])}
+        for name, e in self._entries.items():  # registered since the index was written (a user's module)
+            rows.setdefault(name, {"name": name, "description": e.description, "module": e.module})
+        return [Entry(name, None, rows[name]["description"], rows[name]["module"])
+                for name in sorted(rows) if fnmatch.fnmatch(name, pattern)]
 
     def get(self, name: str) -> Any:
         self._load()

@@ -200,12 +200,8 @@ def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> t
         # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores
         # depending on where they sit (seen on an AVX-512 Xeon), which would break the tie rule;
         # on one thread it does not, and a product this small gains nothing from threads
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with blas_threads(1):
             torch.mm(rows, cols.T, out=out)
-        finally:
-            torch.set_num_threads(before)
     else:
         torch.mm(rows, cols.T, out=out)
     return out

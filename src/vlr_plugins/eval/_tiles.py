@@ -31,7 +31,8 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
     on CPU also at most :func:`cpu_tile_elems_per_thread` elements per thread (``threads``,
     default ``torch.get_num_threads()``), so that each thread's share of the element-wise
-    passes stays in its core's cache while their fixed costs are amortised. ``chunk_size`` fixes the items per tile (within the budget)."""
+    passes stays in its core's cache while their fixed costs are amortised. ``chunk_size``
+    fixes the items per tile (within the budget)."""
     tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
