@@ -547,11 +547,13 @@ def _over_engine(median: dict, method: str) -> float | None:
 
 def print_cpu_table(records: list[dict]) -> None:
     from vlr_plugins.eval._cpu_blas import choice
-    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_cache_bytes
+    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_cache_bytes, l2_share
 
     l2 = l2_cache_bytes()
+    largest = max(r["items"] * r["texts"] for r in records)
     print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, engine tile "
-          f"{cpu_tile_elems_per_thread() * 8 / 2**20:g} MiB a thread (L2 {l2 // 2**10 if l2 else '?'} KiB), "
+          f"{cpu_tile_elems_per_thread(largest):,} scores a thread at the largest size (calibrated; the L2 "
+          f"rule's: {l2_share():,}, L2 {l2 // 2**10 if l2 else '?'} KiB), "
           f"D = {D}, float32; medians over alternated rounds\n")
     print("| items x texts | method | runs | median wall time (s) | best (s) | median / chunk | median / floor "
           "| median / fastest multiply | median / engine | peak extra memory (MiB) | load avg (median) |")
@@ -638,6 +640,10 @@ def main() -> None:
     known = ALTERNATED + RANK_METHODS + RENORM_METHODS
     if not {m.removesuffix(NEAR) for m in methods} <= set(known):
         sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(known)}")
+    # the engine's CPU tile share, calibrated (once a machine) before any clock starts
+    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread
+
+    cpu_tile_elems_per_thread(max(n * m for n, m in sizes))
     records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:

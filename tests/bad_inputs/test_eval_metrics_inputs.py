@@ -85,17 +85,23 @@ def test_the_catalogue_covers_every_metric_option():
     assert {"--metrics", "--tables", "--truncation-metric", "--capst"} <= options
 
 
-@pytest.mark.parametrize("value", ["mkl", "openblas"])
-def test_eval_and_mine_refuse_an_unknown_cpu_blas(value, tmp_path, monkeypatch):
-    """``VLR_CPU_BLAS`` (the engine's CPU tile BLAS) checked before anything is read or encoded."""
+@pytest.mark.parametrize(("variable", "value", "expected"), [
+    ("VLR_CPU_BLAS", "mkl", "expected one of torch, numpy, auto"),
+    ("VLR_CPU_BLAS", "openblas", "expected one of torch, numpy, auto"),
+    ("VLR_CPU_TILE_ELEMS", "big", "expected auto, l2 or a number of scores per thread"),
+    ("VLR_CPU_TILE_ELEMS", "100", "at least 1024"),
+])
+def test_eval_and_mine_refuse_an_unknown_cpu_setting(variable, value, expected, tmp_path, monkeypatch):
+    """``VLR_CPU_BLAS`` (the engine's CPU tile BLAS) and ``VLR_CPU_TILE_ELEMS`` (its scores per
+    thread) checked before anything is read or encoded."""
     places = {"tmp": str(tmp_path)}
     lines = "".join(json.dumps({"id": i, "texts": ts}) + "\n" for i, ts in TEXTS.items())
     write_files(tmp_path, {"bench.yaml": BENCH, "split.jsonl": lines, "store": _store,
                            "toy_catalogue_model.py": MODEL}, places)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.setenv("VLR_CPU_BLAS", value)
+    monkeypatch.setenv(variable, value)
     before = tree(tmp_path)
-    where = ["VLR_CPU_BLAS", repr(value), "expected one of torch, numpy, auto"]
+    where = [variable, repr(value), expected]
     assert_refused([fill(a, places) for a in _eval()], *where, leaves=[tmp_path / "results"], cwd=tmp_path)
     assert_refused(["mine", "paragraph", str(tmp_path / "split.jsonl"), "--model", "toy_catalogue_model:Model",
                     "--out", str(tmp_path / "mined.jsonl")],

@@ -24,6 +24,7 @@ from vlr_plugins.eval._tiles import (
     elems_for_l2,
     exact_matmuls,
     l2_cache_bytes,
+    l2_share,
     tile_budget,
     tile_shape,
 )
@@ -48,7 +49,7 @@ def test_a_tile_and_its_work_buffer_fit_the_budget(budget, n, m):
             assert rows * cols * BYTES_PER_TILE_ELEM <= budget, where
             most = budget // BYTES_PER_TILE_ELEM
             if device.type == "cpu":  # each thread's share stays cache-sized: this machine's L2 in scores
-                per_thread = elems_for_l2(l2_cache_bytes())
+                per_thread = cpu_tile_elems_per_thread(n * m)
                 assert rows * cols <= threads * per_thread, where
                 most = min(most, threads * per_thread)
             if chunk_size is not None:  # chunk_size fixes the items per tile, within the budget
@@ -64,7 +65,7 @@ def test_the_cpu_share_of_a_thread_follows_the_l2_the_os_reports():
     assert elems_for_l2(512 * 2**10) == 2**17 and elems_for_l2(2**20) == 2**18  # Zen 3, Zen 4
     assert elems_for_l2(None) == elems_for_l2(0) == 2**19
     assert elems_for_l2(64 * 2**10) == 2**16 and elems_for_l2(64 * 2**20) == 2**21
-    assert cpu_tile_elems_per_thread() == elems_for_l2(l2_cache_bytes())
+    assert l2_share() == cpu_tile_elems_per_thread() == elems_for_l2(l2_cache_bytes())
     sysfs = Path("/sys/devices/system/cpu/cpu0/cache/index2/size")
     if sysfs.is_file():  # Linux: what lscpu reads
         text = sysfs.read_text().strip()

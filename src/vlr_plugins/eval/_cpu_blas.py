@@ -42,7 +42,7 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product"]
+__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product", "tile_share"]
 
 _CHOICES = ("torch", "numpy")
 #: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
@@ -133,23 +133,93 @@ def _probe_invariant(name: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _cache_lock(path: Path) -> Iterator[None]:
+    """The cache file's lock (``filelock``), held while a calibration measures and writes, so that
+    processes started at once on a machine (torchrun's, test workers) measure once and all read
+    the same answer; where the folder cannot be made, none (each process measures for itself)."""
+    from filelock import FileLock, Timeout
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock", timeout=300)
+        lock.acquire()
+    except (OSError, Timeout):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _valid_entry(entry: object) -> bool:
+    return (isinstance(entry, dict) and entry.get("choice") in _CHOICES
+            and isinstance(entry.get("invariant"), bool))
+
+
 @functools.lru_cache(maxsize=None)
 def _machine_entry() -> dict:
     """This machine's cache entry (measured and probed once, then read): ``choice``,
-    ``invariant`` (numpy's BLAS, see :func:`invariant`), ``seconds``, ``shape``. An entry
-    written before the probe existed is measured again."""
+    ``invariant`` (numpy's BLAS, see :func:`invariant`), ``seconds``, ``shape``, and once the
+    tiles are calibrated ``tile_elems`` (:func:`tile_share`). An entry written before the probe
+    existed is measured again."""
     path, key = _cache_file(), _machine_key()
-    data = _read_cache(path)
-    entry = data.get(key)
-    if (isinstance(entry, dict) and entry.get("choice") in _CHOICES
-            and isinstance(entry.get("invariant"), bool)):
+    entry = _read_cache(path).get(key)
+    if _valid_entry(entry):
         return entry
-    seconds = _measure()
-    eligible = _probe_invariant("numpy")
-    pick = "numpy" if eligible and seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
-    data[key] = entry = {"choice": pick, "invariant": eligible, "seconds": seconds, "shape": list(_SHAPE)}
-    _write_cache(path, data)
+    with _cache_lock(path):
+        data = _read_cache(path)  # another process may have measured meanwhile
+        entry = data.get(key)
+        if _valid_entry(entry):
+            return entry
+        seconds = _measure()
+        eligible = _probe_invariant("numpy")
+        pick = "numpy" if eligible and seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
+        data[key] = entry = {"choice": pick, "invariant": eligible, "seconds": seconds, "shape": list(_SHAPE)}
+        _write_cache(path, data)
     return entry
+
+
+def tile_share(l2_share: int) -> int:
+    """Scores per thread of the engine's CPU tiles on this machine in the tile BLAS :func:`choice`
+    takes: calibrated once (:mod:`~vlr_plugins.eval._tile_calibration`, about a second) and kept
+    in this machine's cache entry beside the BLAS choice; ``l2_share``: the L2 rule's share."""
+    return _tile_share(choice(), l2_share)
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_share(blas: str, l2_share: int) -> int:
+    from vlr_plugins.eval import _tile_calibration
+
+    def kept(entry: object) -> int | None:
+        shares = entry.get("tile_elems") if isinstance(entry, dict) else None
+        found = shares.get(blas) if isinstance(shares, dict) else None
+        if isinstance(found, dict) and found.get("l2_share") == l2_share and isinstance(found.get("elems"), int):
+            return found["elems"]
+        return None
+
+    path, key = _cache_file(), _machine_key()
+    _machine_entry()
+    if (elems := kept(_read_cache(path).get(key))) is not None:
+        return elems
+    with _cache_lock(path):
+        data = _read_cache(path)
+        entry = data.get(key)
+        if (elems := kept(entry)) is not None:
+            return elems
+        seconds = _tile_calibration.measure()
+        elems = _tile_calibration.calibrated(l2_share, seconds)
+        if not _valid_entry(entry):  # the file could not be written or was replaced: keep what this process knows
+            entry = dict(_machine_entry())
+        if not isinstance(entry.get("tile_elems"), dict):
+            entry["tile_elems"] = {}
+        entry["tile_elems"][blas] = {
+            "elems": elems, "l2_share": l2_share,
+            "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
+        data[key] = entry
+        _write_cache(path, data)
+    return elems
 
 
 def _calibrated() -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, per_thread
 from vlr_plugins.eval._tile_workers import tile_workers
 
 #: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
@@ -31,9 +32,10 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
     on CPU also at most :func:`cpu_tile_elems_per_thread` elements per thread (``threads``,
     default ``torch.get_num_threads()``), so that each thread's share of the element-wise
-    passes stays in its core's cache while their fixed costs are amortised. ``chunk_size``
+    passes stay near its core's caches while their fixed costs are amortised. ``chunk_size``
     fixes the items per tile (within the budget)."""
-    tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads)
+    tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads,
+                             scores=n_items * n_texts)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
     else:  # as wide as 8 rows, then evened out so that the last tile is not mostly padding
@@ -42,13 +44,14 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     return tile_items, _even_split(n_texts, tile_texts)
 
 
-def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None) -> int:
+def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None,
+                scores: int | None = None) -> int:
     """Score elements one tile may hold: a tile and its work buffer within ``max_chunk_bytes``,
     and on CPU at most :func:`cpu_tile_elems_per_thread` per thread (``threads``, default
-    ``torch.get_num_threads()``)."""
+    ``torch.get_num_threads()``) for work of ``scores`` scores."""
     tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
     if torch.device(device).type == "cpu":
-        tile_elems = min(tile_elems, cpu_tile_elems_per_thread() * (threads or torch.get_num_threads()))
+        tile_elems = min(tile_elems, cpu_tile_elems_per_thread(scores) * (threads or torch.get_num_threads()))
     return tile_elems
 
 
@@ -78,9 +81,18 @@ def elems_for_l2(l2_bytes: int | None) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_tile_elems_per_thread() -> int:
-    """:func:`elems_for_l2` of this machine's L2 (read once)."""
+def l2_share() -> int:
+    """:func:`elems_for_l2` of this machine's L2 (read once): the share of the L2 rule."""
     return elems_for_l2(l2_cache_bytes())
+
+
+def cpu_tile_elems_per_thread(scores: int | None = None) -> int:
+    """Scores per thread of a CPU tile for work of ``scores`` scores: from
+    :data:`~vlr_plugins.eval._tile_calibration.CALIBRATE_FROM` scores on, calibrated once per
+    machine and tile BLAS (:mod:`~vlr_plugins.eval._tile_calibration`: the fastest measured share
+    where it beats :func:`l2_share`'s), below it (or unknown) :func:`l2_share`; or as
+    ``VLR_CPU_TILE_ELEMS`` says (``l2``: :func:`l2_share`; a number)."""
+    return per_thread(l2_share(), calibrate=scores is not None and scores >= CALIBRATE_FROM)
 
 
 def _even_split(total: int, most: int) -> int:
@@ -180,7 +192,9 @@ class ScoreMatrix:
         self.n_items, self.n_texts, self.dim = len(item_emb), len(text_emb), item_emb.shape[1]
         self.device, self.max_chunk_bytes, self.chunk_size = device, max_chunk_bytes, chunk_size
         # on CPU the tiles are shared among workers (_tile_workers): each gets a share of the budget
-        self.workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device), device)
+        scores = self.n_items * self.n_texts
+        self.workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, scores=scores),
+                                    device)
         self.tile_items, self.tile_texts = tile_shape(
             self.n_items, self.n_texts, device=device, max_chunk_bytes=max_chunk_bytes // self.workers,
             chunk_size=chunk_size, threads=1 if self.workers > 1 else None)

@@ -189,9 +189,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from vlr_plugins.eval.report_files import write_eval_report
 
     # options, output folder, benchmarks file, model: all checked before any text is encoded
-    from vlr_plugins.eval._cpu_blas import setting
+    from vlr_plugins.eval import _cpu_blas, _tile_calibration
 
-    setting()  # VLR_CPU_BLAS
+    _cpu_blas.setting()  # VLR_CPU_BLAS
+    _tile_calibration.setting()  # VLR_CPU_TILE_ELEMS
     protocol = None if args.protocol in (None, "none") else args.protocol
     if protocol is not None and protocol not in list_protocols():
         raise UsageError("--protocol", f"unknown protocol {protocol!r}; known: {', '.join(list_protocols())}, or none")

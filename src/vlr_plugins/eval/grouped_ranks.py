@@ -80,7 +80,8 @@ def worker_budget(matrix: ScoreMatrix, buffers: int = 2) -> tuple[int, int]:
     """(workers, scores per worker's tile): the matrix's tile budget shared among its
     ``workers``, which visit its tiles at once; a budget counts two tile buffers (the tile and
     its work buffer), so with ``buffers`` per worker a tile holds 2 / buffers of it."""
-    budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device)
+    budget = tile_budget(max_chunk_bytes=matrix.max_chunk_bytes, device=matrix.device,
+                         scores=matrix.n_items * matrix.n_texts)
     return matrix.workers, max(1, budget * 2 // buffers // matrix.workers)
 
 

@@ -238,9 +238,10 @@ def _on_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_mine(args: argparse.Namespace) -> int:
-    from vlr_plugins.eval._cpu_blas import setting
+    from vlr_plugins.eval import _cpu_blas, _tile_calibration
 
-    setting()  # VLR_CPU_BLAS
+    _cpu_blas.setting()  # VLR_CPU_BLAS
+    _tile_calibration.setting()  # VLR_CPU_TILE_ELEMS
     from vlr_plugins._ray import check_ray_options
 
     check_ray_options(args)

@@ -1,0 +1,137 @@
+"""How many scores one CPU thread's tile of the retrieval engine holds on this machine: measured
+once, in a short calibration, and kept beside the tile BLAS choice (:mod:`~vlr_plugins.eval._cpu_blas`).
+
+The best share is not a constant, nor a rule of the cache sizes alone: the engine's tile work is
+a product (whose speed depends on the tile's shape and the BLAS) followed by element-wise counting
+passes over the tile (whose speed depends on where the tile sits in the caches). On the Intel Xeon
+the engine was first tuned on (2 MiB of L2 a core) 2^19 scores a thread were fastest and 2^20
+slower; on another Intel Xeon (model 167, 2 MiB L2) 2^21; on an AMD EPYC Zen 3 (512 KiB L2) 2^19
+to 2^21 within a few percent of the L2 rule's 2^17 (docs/benchmarks.md). :func:`measure` times the
+engine itself on one thread (a 2,048 x 10,240 recall, ~0.2 s) at each of :data:`CANDIDATES`, the
+candidates alternated round by round (about 3 s in all, once per machine and tile BLAS), and
+:func:`calibrated` keeps the fastest, where it beats the L2 rule's share
+(:func:`~vlr_plugins.eval._tiles.elems_for_l2`) by at least :data:`_MARGIN` (a calibration on a
+busy machine seldom moves it).
+
+Work smaller than :data:`CALIBRATE_FROM` scores (e.g. 5,000 x 13,000) takes the L2 rule's share and
+never waits for a calibration. ``VLR_CPU_TILE_ELEMS`` overrides it: ``auto`` (the default: calibrated), ``l2`` (the L2 rule, no
+calibration) or a number of scores per thread (at least 1024). The share only moves the tile
+boundaries: the engine's results are exact at any tile shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+
+from vlr_plugins.errors import ConfigError
+
+__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "measure", "per_thread", "setting"]
+
+#: the shares measured (scores per thread)
+CANDIDATES = tuple(2**k for k in range(17, 22))
+#: a measured share replaces the L2 rule's only when at most this fraction of its time
+_MARGIN = 0.97
+_ROUNDS = 3
+#: the calibration's matrix: items, texts (5 an item, as COCO's captions), D; ~0.2 s a run
+_SHAPE = (2048, 10240, 256)
+_LEAST_OVERRIDE = 1024
+#: work of at least this many scores takes the calibrated share (calibrating first where no
+#: calibration is kept: ~3 s, once a machine), smaller work the L2 rule's (for it the share
+#: changes little, and a one-off calibration would cost more than the work)
+CALIBRATE_FROM = 2**26
+#: the share of the calibration's own runs
+_FORCED: contextvars.ContextVar[int | None] = contextvars.ContextVar("vlr_cpu_tile_share", default=None)
+
+
+def setting() -> str | int:
+    """``VLR_CPU_TILE_ELEMS`` as given: ``"auto"`` (the default), ``"l2"`` or a number of scores
+    per thread; a :class:`~vlr_plugins.errors.ConfigError` naming it otherwise (commands check it
+    up front)."""
+    raw = os.environ.get("VLR_CPU_TILE_ELEMS", "auto").strip().lower() or "auto"
+    if raw in ("auto", "l2"):
+        return raw
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < _LEAST_OVERRIDE:
+        raise ConfigError(f"VLR_CPU_TILE_ELEMS={raw!r}: expected auto, l2 or a number of scores per thread "
+                          f"(at least {_LEAST_OVERRIDE}) for the retrieval engine's CPU tiles")
+    return value
+
+
+def per_thread(l2_share: int, calibrate: bool = True) -> int:
+    """Scores per thread of the engine's CPU tiles: ``VLR_CPU_TILE_ELEMS``'s number, ``l2_share``
+    (the L2 rule's) under ``l2``, else with ``calibrate`` the calibrated share of this machine and
+    tile BLAS (measured now if not yet), without it ``l2_share``."""
+    if (forced := _FORCED.get()) is not None:
+        return forced
+    wanted = setting()
+    if wanted == "l2":
+        return l2_share
+    if isinstance(wanted, int):
+        return wanted
+    if not calibrate:
+        return l2_share
+    from vlr_plugins.eval import _cpu_blas
+
+    return _cpu_blas.tile_share(l2_share)
+
+
+@contextlib.contextmanager
+def _share(elems: int) -> Iterator[None]:
+    """The engine's CPU tiles at ``elems`` scores a thread inside (the calibration's runs)."""
+    token = _FORCED.set(elems)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def measure(candidates: tuple[int, ...] | None = None, *, rounds: int | None = None,
+            shape: tuple[int, int, int] | None = None) -> dict[int, float]:
+    """CPU seconds per score of the engine itself (:func:`~vlr_plugins.eval.retrieval_recall`,
+    recall only, texts grouped by item, on one thread) at each share of ``candidates`` (default
+    :data:`CANDIDATES`): the fastest of ``rounds`` rounds that alternate them, on seeded random
+    unit vectors of ``shape`` (items, texts, D; default ``_SHAPE``)."""
+    candidates, rounds, shape = candidates or CANDIDATES, rounds or _ROUNDS, shape or _SHAPE
+    from vlr_plugins.eval._cpu_blas import blas_threads
+    from vlr_plugins.eval.retrieval import retrieval_recall
+
+    n_items, n_texts, dim = shape
+    generator = torch.Generator().manual_seed(0)
+    items = torch.randn(n_items, dim, generator=generator)
+    texts = torch.randn(n_texts, dim, generator=generator)
+    owner = torch.arange(n_texts) * n_items // n_texts
+    best = {elems: math.inf for elems in candidates}
+
+    def run(elems: int) -> float:
+        with _share(elems):
+            start = time.process_time()
+            retrieval_recall(items, texts, owner)
+            return (time.process_time() - start) / (n_items * n_texts)
+
+    with blas_threads(1):
+        run(candidates[0])  # warm-up
+        for _ in range(rounds):
+            for elems in candidates:
+                best[elems] = min(best[elems], run(elems))
+    return best
+
+
+def calibrated(l2_share: int, seconds: dict[int, float]) -> int:
+    """The share to keep from :func:`measure`'s ``seconds``: the fastest, where it takes at most
+    :data:`_MARGIN` of the L2 rule's ``l2_share`` time (or the L2 rule's share was not measured),
+    else ``l2_share``."""
+    fastest = min(seconds, key=lambda elems: (seconds[elems], elems))
+    rule = seconds.get(l2_share)
+    if rule is None or seconds[fastest] <= _MARGIN * rule:
+        return fastest
+    return l2_share
