@@ -145,8 +145,10 @@ def markdown(s: dict) -> str:
                   for r in embed["results"] for name in r if isinstance(r[name], dict) and "sorted_per_s" in r[name]]
     scaling = s.get("scaling") or {}
     if scaling.get("pipeline") or scaling.get("not_run"):
+        workers = scaling.get("workers")
         lines += ["", f"## vlr precompute against its tower's forward rate on the GPU (benchmarks/scaling.py "
-                      f"--device cuda, {scaling.get('workers')} decoding workers; goal >= {PIPELINE_GOAL}x)", "",
+                      f"--device cuda, {'the default' if workers is None else workers} decoding workers; "
+                      f"goal >= {PIPELINE_GOAL}x)", "",
                   "| medium | items, batch | forward, pre-decoded (items/s) | vlr precompute (items/s) | x forward "
                   "| x forward, less the tower's loading | cores busy (forward / precompute) |",
                   "|---|---|---|---|---|---|---|"]
