@@ -8,11 +8,12 @@
 #      `vlr precompute` with shards, `vlr caption` batching),
 #   3. runs benchmarks/retrieval_recall.py on CUDA at COCO-5K, 10K x 50K (with the peer,
 #      CLIP_benchmark's recall_at_k) and COCO-train2017 size, benchmarks/train_step.py
-#      (C5's step, text-only against frozen ViT, BLIP-base shapes) and benchmarks/mllm_embed.py
-#      (EOL embedding, bf16, small and base configs),
+#      (C5's step, text-only against frozen ViT, BLIP-base shapes), benchmarks/mllm_embed.py
+#      (EOL embedding, bf16, small and base configs) and benchmarks/scaling.py --device cuda
+#      (issue 25: `vlr precompute --device cuda` against its tower's forward rate, images and videos),
 #   4. writes OUTDIR/summary.json and OUTDIR/summary.md (benchmarks/gpu_summary.py), beside
-#      gpu_check.log (everything printed), retrieval_recall.json, train_step.json and
-#      mllm_embed.json: six files, whatever the number of tests (the device tool brings back at most 8).
+#      gpu_check.log (everything printed), retrieval_recall.json, train_step.json, mllm_embed.json
+#      and scaling.json: seven files, whatever the number of tests (the device tool brings back at most 8).
 # Under 10 minutes on one H200, installs included (each step has a time cap; together 9.5 min).
 #   bash benchmarks/gpu_check.sh OUTDIR              # exit 0 only if everything ran and passed
 #   bash benchmarks/gpu_check.sh --dry-run [OUTDIR]  # any machine: what would run, nothing run
@@ -27,16 +28,18 @@ SITE=${VLR_SITE:-/tmp/vlr-gpu-site}
 SITE_LAVIS=${VLR_SITE_LAVIS:-/tmp/vlr-gpu-site-lavis}
 STUBS=$ROOT/benchmarks/gpu_stubs
 # caps in seconds: together 550 s, with the installs (~15 s) under 10 minutes
-T_MAIN=${VLR_GPU_T_MAIN:-270}
-T_LAVIS=${VLR_GPU_T_LAVIS:-100}
-T_BENCH=${VLR_GPU_T_BENCH:-85}
-T_TRAIN=${VLR_GPU_T_TRAIN:-45}
-T_EMBED=${VLR_GPU_T_EMBED:-50}
+T_MAIN=${VLR_GPU_T_MAIN:-225}
+T_LAVIS=${VLR_GPU_T_LAVIS:-90}
+T_BENCH=${VLR_GPU_T_BENCH:-80}
+T_TRAIN=${VLR_GPU_T_TRAIN:-40}
+T_EMBED=${VLR_GPU_T_EMBED:-45}
+T_SCALING=${VLR_GPU_T_SCALING:-70}
 T_TEST=120  # pytest-timeout, per test of the main process
 MAIN_PATH=$ROOT/src:$SITE
 LAVIS_PATH=$ROOT/src:$SITE_LAVIS:$STUBS:$SITE  # LAVIS' transformers 4.x and timm 0.4.12 first
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 EMBED_ARGS="--device cuda --dtype bfloat16 --configs small base"
+SCALING_ARGS="--parts pipeline --device cuda --rounds 1"
 
 DRY=0
 if [ "${1:-}" = "--dry-run" ]; then
@@ -98,6 +101,7 @@ if [ "$DRY" = 1 ]; then
   echo "   (also peer) and 118,287 x 591,753"
   echo "   then, cap ${T_TRAIN}s: $PY benchmarks/train_step.py --device cuda --rounds 1 --steps 10 --json ${OUTDIR:-OUTDIR}/train_step.json"
   echo "   then, cap ${T_EMBED}s: $PY benchmarks/mllm_embed.py $EMBED_ARGS --json ${OUTDIR:-OUTDIR}/mllm_embed.json"
+  echo "   then, cap ${T_SCALING}s: $PY benchmarks/scaling.py $SCALING_ARGS --json ${OUTDIR:-OUTDIR}/scaling.json"
   echo "5. summary: ${OUTDIR:-OUTDIR}/summary.json and summary.md (benchmarks/gpu_summary.py)"
   [ "$rc" = 0 ] || echo "gpu_check --dry-run: collection FAILED (above)" >&2
   exit "$rc"
@@ -106,8 +110,8 @@ fi
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
 LOG=$OUTDIR/gpu_check.log
-rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/mllm_embed.json "$OUTDIR"/summary.json \
-  "$OUTDIR"/summary.md
+rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/mllm_embed.json "$OUTDIR"/scaling.json \
+  "$OUTDIR"/summary.json "$OUTDIR"/summary.md
 : > "$LOG"
 STEPS=$(mktemp)
 STARTED=$(date +%s)
@@ -245,6 +249,9 @@ bench benchmark-train_step "$T_TRAIN" "C5 step, BLIP-base shapes: text-only vs f
 # shellcheck disable=SC2086  # EMBED_ARGS is a list of words
 bench benchmark-mllm_embed "$T_EMBED" "EOL embedding: 1-by-1 / old chunks / length-sorted batches, bf16, small and base" \
   "$PY" benchmarks/mllm_embed.py $EMBED_ARGS --json "$OUTDIR/mllm_embed.json"
+# shellcheck disable=SC2086  # SCALING_ARGS is a list of words
+bench benchmark-scaling "$T_SCALING" "vlr precompute --device cuda vs its tower's forward, pre-decoded (ViT-B, 12 workers)" \
+  "$PY" benchmarks/scaling.py $SCALING_ARGS --json "$OUTDIR/scaling.json"
 
 # ---------------------------------------------------------------- summary
 summary

@@ -4,7 +4,7 @@
         [--site main=DIR --site lavis=DIR]
 
 Reads the pytest JUnit files in ``--junit``, the benchmarks' ``OUTDIR/retrieval_recall.json``
-(and ``train_step.json``, ``mllm_embed.json`` where present)
+(and ``train_step.json``, ``mllm_embed.json``, ``scaling.json`` where present)
 and ``STEPS.jsonl`` (one ``{"step", "status", "rc", "seconds", "note"}``
 per step, written by the shell script), adds the machine (GPU, driver, torch, CUDA, Python)
 and the versions of the packages carried in each ``--site``, prints the Markdown, and exits
@@ -30,6 +30,8 @@ from pathlib import Path
 
 #: the start of a skip reason for a missing optional package (tests/conftest.py)
 OPTIONAL_SKIP = "optional package not installed"
+#: issue 25's goal for ``vlr precompute`` against its tower's forward rate (benchmarks/scaling.py)
+PIPELINE_GOAL = 0.9
 
 
 def read_junit(path: Path) -> list[dict]:
@@ -141,6 +143,24 @@ def markdown(s: dict) -> str:
                   f"{r[name]['old_per_s']:.1f} | {r[name]['sorted_per_s']:.1f} | {r[name]['sorted_ratio']:.2f} | "
                   f"{r[name]['sorted_vs_old']:.2f} |"
                   for r in embed["results"] for name in r if isinstance(r[name], dict) and "sorted_per_s" in r[name]]
+    scaling = s.get("scaling") or {}
+    if scaling.get("pipeline") or scaling.get("not_run"):
+        workers = scaling.get("workers")
+        lines += ["", f"## vlr precompute against its tower's forward rate on the GPU (benchmarks/scaling.py "
+                      f"--device cuda, {'the default' if workers is None else workers} decoding workers; "
+                      f"goal >= {PIPELINE_GOAL}x)", "",
+                  "| medium | items, batch | forward, pre-decoded (items/s) | vlr precompute (items/s) | x forward "
+                  "| x forward, less the tower's loading | cores busy (forward / precompute) |",
+                  "|---|---|---|---|---|---|---|"]
+        sizes = scaling.get("sizes", {})
+        for media, rows in scaling.get("pipeline", {}).items():
+            forward, command = rows
+            n, batch = (sizes.get("images"), sizes.get("image_batch")) if media == "images" else \
+                (sizes.get("videos"), sizes.get("video_batch"))
+            lines.append(f"| {media} | {n}, {batch} | {forward['items_per_s']:.1f} | {command['items_per_s']:.1f} | "
+                         f"{command['over_baseline']:.2f} | {command['over_baseline_less_load']:.2f} | "
+                         f"{forward['cores']:.2f} / {command['cores']:.2f} |")
+        lines += [f"| {media} | not measured: {why} | | | | | |" for media, why in scaling.get("not_run", {}).items()]
     for name, pkgs in s["carried"].items():
         if pkgs:
             lines += ["", f"Carried ({name}): " + ", ".join(f"{k} {v}" for k, v in sorted(pkgs.items()))]
@@ -161,6 +181,8 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
     train = json.loads(train_path.read_text()) if train_path.is_file() else None
     embed_path = outdir / "mllm_embed.json"
     embed = json.loads(embed_path.read_text()) if embed_path.is_file() else None
+    scaling_path = outdir / "scaling.json"
+    scaling = json.loads(scaling_path.read_text()) if scaling_path.is_file() else None
     problems = [f"step {st['step']}: {st['status']}" + (f" ({st['note']})" if st.get("note") else "")
                 for st in steps if st["status"] != "ok"]
     problems += [f"test {t['id']}: {t['outcome']}" + (f": {t['message']}" if t["message"] else "")
@@ -169,6 +191,8 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
                  for c in checks if not c["equal_to_fp32"]]
     problems += [f"benchmark {r['items']:,} x {r['texts']:,}: the peer's recalls differ from the engine's"
                  for r in (bench or {}).get("records", []) if r.get("same_recall_as_engine") is False]
+    problems += [f"benchmark scaling: {media} not measured: {why}"
+                 for media, why in (scaling or {}).get("not_run", {}).items()]
     if not tests:
         problems.append("no test ran")
     for r in (bench or {}).get("records", []):
@@ -185,6 +209,7 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
         "benchmark": bench,
         "train_step": train,
         "mllm_embed": embed,
+        "scaling": scaling,
         "recall_checks": checks,
         "carried": {name: carried(path) for name, path in sites.items()},
     }

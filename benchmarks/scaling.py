@@ -4,6 +4,7 @@ two shards against one process, and the two-process training step against one pr
     python benchmarks/scaling.py                  # 6.5 min on 2 quiet cores (docs/benchmarks.md)
     python benchmarks/scaling.py --quick          # a smoke run: tiny towers, 1-2 min (mostly start-up)
     python benchmarks/scaling.py --parts shards,train --media images --rounds 5 --json scaling.json
+    python benchmarks/scaling.py --parts pipeline --device cuda --rounds 1   # on a GPU (benchmarks/gpu_check.sh)
 
 Parts (``--parts``; ``--media`` picks images, videos or both for the first two):
 
@@ -37,14 +38,26 @@ end, so the encoder's loading, listing, decoding, encoding, writing and (shards)
 in. Methods alternate over ``--rounds`` rounds (order reversed every other round); medians, and
 the ratio within each round. The machine (benchmarks/_machine.py) and the load average are
 recorded with every measurement: on a shared machine, read the ratios beside the load.
+
+``--device cuda`` (the ``pipeline`` part only): the same measurement with the tower on the GPU,
+where it does not share the CPU's cores with the decoders -- ``vlr precompute --device cuda``
+against the forward rate on pre-decoded input on the GPU (the input batches copied to the device
+and the embeddings back, as the command does; ``torch.cuda.synchronize`` before the clock starts
+and before it stops; CUDA initialised, like the imports, before the start signal). Its own sizes
+unless ``--quick``: BLIP-base's image side (ViT 12 x 768, 224 px) on 1,024 images, batch 128,
+and a frame-pooled timm ViT-B/16 (12 x 768) on 512 clips, batch 32, with 12 decoding workers
+(``--workers`` sets them, in either mode); 32 distinct inputs of each, copied to make up the
+count. ``--device cpu --quick --workers 2`` runs the same code on a CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +89,8 @@ class Size:
     train_batch: int
     text: dict            # BLIP text encoder config
     paragraph_tokens: int
+    workers: int | None = None  # vlr precompute --workers in the pipeline part (None: the command's default)
+    distinct: int = 0     # images / clips written; the rest copies of them (0: every one written)
 
 
 SIZES = {
@@ -95,6 +110,14 @@ SIZES = {
                   samples=64, train_batch=16,
                   text=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128),
                   paragraph_tokens=40),
+    # --device cuda: GPU-sized towers and batches, enough inputs that the encoding is not lost in
+    # the command's start-up; the whole part about a minute (benchmarks/gpu_check.sh caps it)
+    "gpu": Size(images=1024, image_batch=128,
+                blip=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                          image_size=224),
+                videos=512, video_batch=32, clip_seconds=5, frames=8,
+                tower=dict(model_name="vit_base_patch16_224", img_size=224, depth=12),
+                samples=0, train_batch=0, text={}, paragraph_tokens=0, workers=12, distinct=32),
 }
 WARMUP_STEPS = 2
 IMAGE_SIDE = (480, 360)
@@ -103,30 +126,46 @@ IMAGE_SIDE = (480, 360)
 # ---------------------------------------------------------------- the inputs and towers
 
 
-def write_images(folder: Path, n: int) -> None:
+def _copies(folder: Path, names: list[str], distinct: int) -> None:
+    """Make up ``names[distinct:]`` as byte copies of the first ``distinct`` files, in turn."""
+    for i in range(distinct, len(names)):
+        shutil.copyfile(folder / names[i % distinct], folder / names[i])
+
+
+def write_images(folder: Path, n: int, distinct: int = 0) -> None:
     """``n`` 480 x 360 JPEGs (quality 90): a gradient, a square and noise, so that they cost
-    what photographs cost to decode."""
+    what photographs cost to decode. ``distinct`` (> 0): only that many drawn, the rest copies."""
     import numpy as np
     from PIL import Image
 
     folder.mkdir(parents=True)
     w, h = IMAGE_SIDE
     yy, xx = np.mgrid[0:h, 0:w]
-    for i in range(n):
+    names = [f"img{i:05d}.jpg" for i in range(n)]
+    for i in range(min(n, distinct or n)):
         rng = np.random.default_rng(i)
         im = np.stack([(xx + 7 * i) % 256, (yy + 3 * i) % 256, (xx + yy + 11 * i) // 2 % 256], -1)
         x, y = rng.integers(0, w - 80), rng.integers(0, h - 80)
         im[y:y + 80, x:x + 80] = rng.integers(0, 256, 3)
         im = np.clip(im + rng.normal(0, 12, im.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(im).save(folder / f"img{i:05d}.jpg", quality=90)
+        Image.fromarray(im).save(folder / names[i], quality=90)
+    _copies(folder, names, distinct or n)
 
 
-def write_videos(folder: Path, n: int, seconds: float) -> None:
+def write_videos(folder: Path, n: int, seconds: float, distinct: int = 0) -> None:
+    """``n`` clips of benchmarks/video_decode.py, clip ``i`` from seed ``i``, written by a process
+    per core; ``distinct`` (> 0): only that many written, the rest copies."""
+    from concurrent.futures import ProcessPoolExecutor
+
     from video_decode import write_clip  # the clips of the decoding benchmark
 
     folder.mkdir(parents=True)
-    for i in range(n):
-        write_clip(str(folder / f"clip{i:04d}.mp4"), seconds, seed=i)
+    names = [f"clip{i:04d}.mp4" for i in range(n)]
+    written = min(n, distinct or n)
+    with ProcessPoolExecutor(min(written, os.cpu_count() or 1)) as pool:
+        list(pool.map(write_clip, [str(folder / name) for name in names[:written]], [seconds] * written,
+                      range(written)))
+    _copies(folder, names, written)
 
 
 def write_blip(folder: Path, size: Size) -> None:
@@ -176,9 +215,9 @@ def write_training(folder: Path, size: Size) -> dict[str, str]:
 # ---------------------------------------------------------------- children
 
 
-def _env(threads: int) -> dict[str, str]:
+def _env(threads: int, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
-               CUDA_VISIBLE_DEVICES="", TQDM_DISABLE="1")
+               TQDM_DISABLE="1", **({"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
     return env
 
@@ -188,12 +227,25 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _preload() -> None:
-    """Import what ``vlr precompute`` and the towers need (not timed), with this process's threads."""
+def _sync(device: str) -> None:
+    """Wait for the GPU's queued work (nothing on a CPU)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _preload(device: str = "cpu") -> None:
+    """Import what ``vlr precompute`` and the towers need (not timed), with this process's threads;
+    on a GPU, create the CUDA context too (process start-up, as the imports are)."""
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    import av  # noqa: F401
+    if torch.device(device).type == "cuda":
+        torch.zeros(1, device=device)
+        _sync(device)
+    if importlib.util.find_spec("av"):  # the videos' decoder (main() refuses videos without it)
+        import av  # noqa: F401
     import timm  # noqa: F401
     from transformers import BlipForImageTextRetrieval, BlipImageProcessor  # noqa: F401
 
@@ -207,39 +259,52 @@ def _preload() -> None:
     from vlr_plugins.vision import FramePooledVideoEncoder  # noqa: F401
 
 
-def child_command(ready: str, go: str, argv: list[str]) -> None:
+def child_command(ready: str, go: str, device: str, argv: list[str]) -> None:
     """Import what ``vlr precompute`` needs, say so, wait for the signal, run the command."""
     import torch
 
     from vlr_plugins.cli import main
 
-    _preload()
+    _preload(device)
     Path(ready).touch()
     while not os.path.exists(go):
         time.sleep(0.005)
     start, cpu = time.time(), _cpu_seconds()
     code = main(argv)
+    _sync(device)
     print("\nRESULT " + json.dumps({"start": start, "end": time.time(), "cpu_s": _cpu_seconds() - cpu, "code": code,
                                     "threads": torch.get_num_threads()}))
 
 
-def child_forward(media: str, spec: str, folder: str, batch: int, frames: int) -> None:
-    """The encoder's own rate: every input decoded (and for videos transformed) first, then
-    the batches through the tower, as precompute calls it."""
+def child_forward(media: str, spec: str, folder: str, batch: int, frames: int, device: str, workers: int) -> None:
+    """The encoder's own rate: every input decoded (and for videos transformed) first (by
+    ``workers`` threads, 0: in this one; not timed), then the batches through the tower on
+    ``device``, as precompute calls it (a batch of clips stacked and copied there, the
+    embeddings back)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
-    _preload()
+    _preload(device)
+
+    def decode_all(fn, items):
+        if not workers:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(fn, items))
+
     if media == "images":
         from vlr_plugins.precompute.images import _open_rgb, list_images
         from vlr_plugins.specs import load_image_encoder
 
         loading = time.time()
-        encoder = load_image_encoder(spec, setting="--encoder", device=torch.device("cpu"))
+        encoder = load_image_encoder(spec, setting="--encoder", device=torch.device(device))
+        _sync(device)
         load_s = time.time() - loading
-        inputs = [_open_rgb(p) for _, p in list_images(folder)]
+        inputs = decode_all(_open_rgb, [p for _, p in list_images(folder)])
 
         def encode(batch_inputs):
-            return encoder(batch_inputs)
+            return encoder(batch_inputs)  # the processor here, the embeddings back on the CPU
     else:
         from vlr_plugins.data.video import sample_frames, video_transform
         from vlr_plugins.precompute.video_encoders import tower_geometry
@@ -247,18 +312,22 @@ def child_forward(media: str, spec: str, folder: str, batch: int, frames: int) -
         from vlr_plugins.specs import load_video_encoder
 
         loading = time.time()
-        encoder = load_video_encoder(spec, setting="--encoder", device="cpu")
+        encoder = load_video_encoder(spec, setting="--encoder", device=device)
+        _sync(device)
         load_s = time.time() - loading
         transform = video_transform(False, *tower_geometry(encoder, spec))
-        inputs = [transform(sample_frames(v.path, frames, "middle", backend="pyav")) for v in list_videos(folder)]
+        inputs = decode_all(lambda v: transform(sample_frames(v.path, frames, "middle", backend="pyav")),
+                            list_videos(folder))
 
         def encode(batch_inputs):
             with torch.inference_mode():
-                return encoder.encode_video(torch.stack(batch_inputs))
+                return encoder.encode_video(torch.stack(batch_inputs).to(device)).cpu()
     encode(inputs[:batch])  # warm-up, not timed
+    _sync(device)
     start, cpu = time.time(), _cpu_seconds()
     for i in range(0, len(inputs), batch):
         encode(inputs[i:i + batch])
+    _sync(device)
     print("\nRESULT " + json.dumps({"start": start, "end": time.time(), "cpu_s": _cpu_seconds() - cpu, "code": 0,
                                     "threads": torch.get_num_threads(), "load_s": load_s}))
 
@@ -271,15 +340,16 @@ def _result(stdout: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def run_together(commands: list[tuple[list[str], int]], tmp: Path, timeout: float = 1800) -> dict:
+def run_together(commands: list[tuple[list[str], int]], tmp: Path, timeout: float = 1800,
+                 device: str = "cpu") -> dict:
     """Start every ``(argv, threads)`` process, let them import, start them together; the wall
     time from the start signal to the last one's end, and the CPU seconds they used meanwhile."""
     flag = Path(tempfile.mkdtemp(dir=tmp))
     procs = []
     for k, (argv, threads) in enumerate(commands):
-        cmd = [sys.executable, __file__, "--child-command", str(flag / f"ready{k}"), str(flag / "go"), *argv]
+        cmd = [sys.executable, __file__, "--child-command", str(flag / f"ready{k}"), str(flag / "go"), device, *argv]
         with open(flag / f"out{k}", "w") as out, open(flag / f"err{k}", "w") as err:  # files: no pipe fills up
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=_env(threads), cwd=tmp))
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=_env(threads, device), cwd=tmp))
     deadline = time.time() + timeout
     while not all((flag / f"ready{k}").exists() for k in range(len(procs))):
         if any(p.poll() is not None for p in procs) or time.time() > deadline:
@@ -301,10 +371,12 @@ def run_together(commands: list[tuple[list[str], int]], tmp: Path, timeout: floa
             "threads": [r["threads"] for r in results], "load": (load + os.getloadavg()[0]) / 2}
 
 
-def run_forward(media: str, spec: str, folder: Path, batch: int, frames: int, threads: int, tmp: Path) -> dict:
+def run_forward(media: str, spec: str, folder: Path, batch: int, frames: int, threads: int, tmp: Path,
+                device: str = "cpu", workers: int | None = None) -> dict:
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, __file__, "--child-forward", media, spec, str(folder), str(batch),
-                          str(frames)], capture_output=True, text=True, env=_env(threads), cwd=tmp)
+                          str(frames), device, str(workers or 0)], capture_output=True, text=True,
+                         env=_env(threads, device), cwd=tmp)
     if out.returncode != 0:
         raise SystemExit(f"the forward measurement failed:\n{out.stderr[-4000:]}")
     r = _result(out.stdout)
@@ -320,16 +392,16 @@ def _store_files(path: Path) -> dict[str, bytes]:
 class Precompute:
     """The inputs and tower of one medium, and the command lines that encode them."""
 
-    def __init__(self, media: str, size: Size, tmp: Path) -> None:
-        self.media, self.tmp = media, tmp
+    def __init__(self, media: str, size: Size, tmp: Path, device: str = "cpu", workers: int | None = None) -> None:
+        self.media, self.tmp, self.device, self.workers = media, tmp, device, workers
         if media == "images":
             self.folder, self.n, self.batch = tmp / "images", size.images, size.image_batch
-            write_images(self.folder, self.n)
+            write_images(self.folder, self.n, size.distinct)
             write_blip(tmp / "blip", size)
             self.spec, self.frames = f"blip:{tmp / 'blip'}", 0
         else:
             self.folder, self.n, self.batch = tmp / "videos", size.videos, size.video_batch
-            write_videos(self.folder, self.n, size.clip_seconds)
+            write_videos(self.folder, self.n, size.clip_seconds, size.distinct)
             write_tower(tmp / "tower.yaml", size)
             self.spec, self.frames = str(tmp / "tower.yaml"), size.frames
         self.runs = 0
@@ -337,18 +409,19 @@ class Precompute:
     def argv(self, out: Path, *more: str) -> list[str]:
         frames = ["--frames", str(self.frames)] if self.media == "videos" else []
         return ["precompute", f"--{self.media}", str(self.folder), "--encoder", self.spec, *frames,
-                "--batch-size", str(self.batch), "--out", str(out), *more]
+                "--batch-size", str(self.batch), "--device", self.device, "--out", str(out), *more]
 
     def out(self) -> Path:
         self.runs += 1
         return self.tmp.parent / "stores" / f"{self.media}-{self.runs}"
 
     def forward(self, threads: int = 1) -> dict:
-        return run_forward(self.media, self.spec, self.folder, self.batch, self.frames, threads, self.tmp)
+        return run_forward(self.media, self.spec, self.folder, self.batch, self.frames, threads, self.tmp,
+                           self.device, self.workers)
 
     def command(self, threads: int, *more: str) -> dict:
         out = self.out()
-        result = run_together([(self.argv(out, *more), threads)], self.tmp)
+        result = run_together([(self.argv(out, *more), threads)], self.tmp, device=self.device)
         result["store"] = out
         return result
 
@@ -390,8 +463,9 @@ def summarise(runs: dict[str, list[dict]], items: int, baseline: str) -> list[di
 def part_pipeline(data: dict[str, Precompute], rounds: int) -> dict:
     tables = {}
     for media, p in data.items():
+        workers = ["--workers", str(p.workers)] if p.workers is not None else []
         methods = {"encoder forward, pre-decoded": lambda p=p: p.forward(1),
-                   "vlr precompute": lambda p=p: p.command(1)}
+                   "vlr precompute": lambda p=p, w=workers: p.command(1, *w)}
         runs = measure_rounds(methods, rounds, f"pipeline/{media}")
         for rs in runs.values():
             for r in rs:
@@ -508,17 +582,22 @@ def main() -> None:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--media", default=",".join(MEDIA), help="images, videos or both (pipeline and shards)")
     parser.add_argument("--rounds", type=int, default=None, help="alternated rounds (default 3; --quick 1)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the towers run (cuda: the pipeline part only, GPU sizes unless --quick)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="vlr precompute --workers in the pipeline part, and the threads that pre-decode "
+                             "for the forward (default: the command's 4 and one thread; --device cuda 12)")
     parser.add_argument("--json", metavar="PATH", help="write every measurement here")
     parser.add_argument("--child-command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    parser.add_argument("--child-forward", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child-forward", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_command:
-        ready, go, *argv = args.child_command
-        child_command(ready, go, argv)
+        ready, go, device, *argv = args.child_command
+        child_command(ready, go, device, argv)
         return
     if args.child_forward:
-        media, spec, folder, batch, frames = args.child_forward
-        child_forward(media, spec, folder, int(batch), int(frames))
+        media, spec, folder, batch, frames, device, workers = args.child_forward
+        child_forward(media, spec, folder, int(batch), int(frames), device, int(workers))
         return
     parts = [p for p in args.parts.split(",") if p]
     media = [m for m in args.media.split(",") if m]
@@ -526,12 +605,30 @@ def main() -> None:
         unknown = sorted(set(given) - set(allowed))
         if unknown or not given:
             parser.error(f"{name}: expected a comma-separated list of {', '.join(allowed)}, found {unknown or given}")
-    size = SIZES["quick" if args.quick else "default"]
+    if args.device == "cuda" and parts != ["pipeline"]:
+        parser.error(f"--device cuda measures the pipeline part only (--parts pipeline), found {args.parts!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
+    if args.workers is not None and args.workers < 0:
+        parser.error(f"--workers: expected a number >= 0, found {args.workers}")
+    size_name = "quick" if args.quick else "gpu" if args.device == "cuda" else "default"
+    size = SIZES[size_name]
+    workers = args.workers if args.workers is not None else size.workers
     rounds = args.rounds or (1 if args.quick else 3)
     load_start = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     report: dict = {"machine": cpu_description(), "started": started, "load_start": load_start,
-                    "size": "quick" if args.quick else "default", "sizes": asdict(size), "rounds": rounds}
+                    "size": size_name, "sizes": asdict(size), "rounds": rounds, "device": args.device,
+                    "workers": workers}
+    if "videos" in media and importlib.util.find_spec("av") is None:
+        report["not_run"] = {"videos": "PyAV (av) is not installed: no clip can be written or decoded"}
+        print(f"scaling: videos not measured: {report['not_run']['videos']}", file=sys.stderr)
+        media.remove("videos")
+        if not media:
+            raise SystemExit("error: --media videos: PyAV (av) is not installed")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "stores").mkdir()
@@ -539,22 +636,33 @@ def main() -> None:
         if {"pipeline", "shards"} & set(parts):
             for m in media:
                 (tmp / m).mkdir()
-                data[m] = Precompute(m, size, tmp / m)
+                data[m] = Precompute(m, size, tmp / m, args.device, workers)
         if "pipeline" in parts:
-            report["pipeline"] = part_pipeline(data, rounds)
+            report["pipeline"] = {}
+            for m, p in data.items():  # saved after each medium: a capped run keeps what it measured
+                report["pipeline"].update(part_pipeline({m: p}, rounds))
+                write_json(args.json, report)
         if "shards" in parts:
             report["shards"] = part_shards(data, rounds)
         if "train" in parts:
             report["train"] = part_train(size, tmp, rounds)
     report["load_end"] = os.getloadavg()
-    print(f"\n{describe()}; {os.cpu_count()} cores; started {started}; load average (1, 5, 15 min) "
+    gpu = ""
+    if args.device == "cuda":  # the name after the clips' writers were forked (it creates a CUDA context)
+        import torch
+
+        report["gpu"] = torch.cuda.get_device_name(0)
+        gpu = f"GPU: {report['gpu']}, torch {torch.__version__}; "
+    print(f"\n{gpu}{describe()}; {os.cpu_count()} cores; started {started}; load average (1, 5, 15 min) "
           f"{', '.join(f'{x:.2f}' for x in load_start)} at the start, "
           f"{', '.join(f'{x:.2f}' for x in report['load_end'])} at the end; size "
           f"{report['size']}, medians of {rounds} alternated round(s)")
+    where = "" if args.device == "cpu" and workers is None else \
+        f", on {args.device}, {'the default' if workers is None else workers} decoding workers"
     for m, rows in report.get("pipeline", {}).items():
         n, what = (size.images, "images") if m == "images" else (size.videos, f"videos of {size.frames} frames")
         batch = size.image_batch if m == "images" else size.video_batch
-        print_table(f"pipeline, {m}: {n} {what}, batch {batch}, 1 torch thread; loading the tower took "
+        print_table(f"pipeline, {m}: {n} {what}, batch {batch}, 1 torch thread{where}; loading the tower took "
                     f"{rows[0]['encoder_load_s']:.2f} s (in the command's time, not in the forward's)", rows,
                     f"{m}/s", "median s", "goal: vlr precompute >= 0.9x the encoder's forward rate; less the "
                     f"tower's loading: {rows[1]['over_baseline_less_load']:.2f}x")
@@ -566,8 +674,12 @@ def main() -> None:
                     f"steps (step: median of the steps after {WARMUP_STEPS}); max |loss - 1 process's| "
                     f"{max(r['loss_diff'] for r in report['train']):.2g}", report["train"], "samples/s", "step (s)",
                     None)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+    write_json(args.json, report)
+
+
+def write_json(path: str | None, report: dict) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, default=str)
 
 

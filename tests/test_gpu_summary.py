@@ -81,3 +81,32 @@ def test_the_eol_embedding_benchmark_gets_its_table(tmp_path):
     text = summary.markdown(s)
     assert "## EOL embedding (benchmarks/mllm_embed.py): items/s" in text
     assert f"| tiny | float32 | text | {row['text']['1-by-1_per_s']:.1f} |" in text
+
+
+def test_the_precompute_scaling_benchmark_gets_its_table(tmp_path):
+    """``benchmarks/scaling.py --parts pipeline --json`` (here: the quick images on the CPU, the
+    code the GPU check runs with ``--device cuda``) becomes a row of the summary's Markdown; a
+    medium it could not measure is a problem."""
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--parts", "pipeline", "--media",
+                          "images", "--quick", "--workers", "1", "--json", str(out / "scaling.json")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "scaling.json").read_text())
+    forward, command = report["pipeline"]["images"]
+    assert report["workers"] == 1 and report["device"] == "cpu"
+    summary = _summary_module()
+    text = summary.markdown(summary.summarize(out, None, [], 0.0, {}))
+    assert "1 decoding workers; goal >= 0.9x)" in text
+    assert (f"| images | 32, 8 | {forward['items_per_s']:.1f} | {command['items_per_s']:.1f} | "
+            f"{command['items_per_s'] / forward['items_per_s']:.2f} |") in text
+
+    report["not_run"] = {"videos": "PyAV (av) is not installed"}
+    (out / "scaling.json").write_text(json.dumps(report))
+    s = summary.summarize(out, None, [], 0.0, {})
+    assert "benchmark scaling: videos not measured: PyAV (av) is not installed" in s["problems"]
+    assert "| videos | not measured: PyAV (av) is not installed |" in summary.markdown(s)
