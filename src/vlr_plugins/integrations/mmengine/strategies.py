@@ -59,7 +59,8 @@ from vlr_plugins.integrations.mmengine.cpu_distributed import (CpuCapableDistrib
                                                                init_cpu_process_group, on_cpu_processes)
 from vlr_plugins.integrations.mmengine.registry import SCOPE
 
-__all__ = ["CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "with_fixes"]
+__all__ = ["SHARDED_TENSOR", "CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "layer_classes", "plain_to_sharded",
+           "sharded_to_plain", "with_fixes"]
 
 
 #: the key of a ShardedTensor saved as plain shards (FSDP's ``state_dict_cfg: local``)
