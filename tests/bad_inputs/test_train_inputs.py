@@ -176,6 +176,15 @@ def _deepspeed_folder(kit: Kit) -> Path:
     return p
 
 
+def _fsdp_local_folder(kit: Kit) -> Path:
+    """A sharded FSDP checkpoint (``state_dict_cfg: local``) of two processes: one file a rank."""
+    p = kit.tmp / "epoch_6.pth"
+    p.mkdir()
+    for rank in range(2):
+        torch.save({"state_dict": {}, "meta": {"epoch": 6}}, p / f"rank{rank}.pth")
+    return p
+
+
 def _tokenizer_folder_without_files(kit: Kit) -> Path:
     p = kit.tmp / "empty_tokenizer"
     p.mkdir()
@@ -341,6 +350,9 @@ CASES = [
      ["--resume", "epoch_4.pth", "(it is a folder)"]),
     ("resume-deepspeed-folder-without-weights", lambda k: k.argv(more=("--resume", _deepspeed_folder(k))),
      ["--resume", "mp_rank_00_model_states.pt", "holds no 'module'"]),
+    ("resume-fsdp-sharded-checkpoint-of-two-processes-in-one",
+     lambda k: k.argv(more=("--resume", _fsdp_local_folder(k))),
+     ["--resume", "epoch_6.pth", "state_dict_cfg: local", "of 2 processes", "this run has 1"]),
     ("dump-config-into-missing-folder", lambda k: k.argv(more=("--dump-config", k.tmp / "absent" / "cfg.py")),
      ["--dump-config", "no such folder"]),
     ("dump-config-onto-a-folder", lambda k: k.argv(more=("--dump-config", k.tmp)), ["--dump-config", "is a folder"]),

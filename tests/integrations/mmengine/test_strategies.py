@@ -43,3 +43,36 @@ def test_deepspeed_gets_the_process_group_and_the_checkpoint_hooks_by_name():
 
 def test_a_single_device_strategy_is_left_alone():
     assert with_fixes(SingleDeviceStrategy) is SingleDeviceStrategy
+
+
+def test_layer_classes_resolve_names_of_the_models_modules_and_import_paths():
+    from torch import nn
+
+    from vlr_plugins.integrations.mmengine.strategies import layer_classes
+
+    class DecoderLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(2, 2)
+
+    model = nn.Sequential(DecoderLayer(), DecoderLayer(), nn.LayerNorm(2))
+    assert layer_classes(model, ["DecoderLayer"]) == {DecoderLayer}
+    assert layer_classes(model, "torch.nn.LayerNorm") == {nn.LayerNorm}  # a dotted path, imported
+    assert layer_classes(model, [DecoderLayer, "Linear"]) == {DecoderLayer, nn.Linear}
+
+
+@pytest.mark.parametrize("names, where", [
+    (["EncoderLayer"], "'EncoderLayer' is not the class of any module of the model (its layer classes: DecoderLayer)"),
+    (["torch.nn.NoSuchLayer"], "'torch.nn.NoSuchLayer' is not the class"),
+    ([], "empty"),
+])
+def test_a_layer_class_that_is_not_one_is_refused_naming_the_field(names, where):
+    from torch import nn
+
+    from vlr_plugins.errors import ConfigError
+    from vlr_plugins.integrations.mmengine.strategies import layer_classes
+
+    DecoderLayer = type("DecoderLayer", (nn.Module,), {})
+    with pytest.raises(ConfigError, match="strategy.model_wrapper.auto_wrap_policy.transformer_layer_cls") as e:
+        layer_classes(nn.Sequential(DecoderLayer()), names)
+    assert where in str(e.value)

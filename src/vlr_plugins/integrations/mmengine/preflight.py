@@ -216,13 +216,29 @@ def check_output_file(path: str | os.PathLike, option: str) -> None:
 _DEEPSPEED_MODEL_STATES = "mp_rank_00_model_states.pt"
 
 
+def _sharded_checkpoint_file(folder: Path, option: str) -> Path:
+    """This process's file of an FSDP ``state_dict_cfg: local`` checkpoint (``rank{i}.pth``
+    for each of the processes that saved it), refused when this run has another number of
+    processes: each file holds its rank's shards, cut for that many."""
+    saved = sum(1 for f in folder.glob("rank*.pth") if f.stem[4:].isdigit())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if saved != world or not all((folder / f"rank{i}.pth").is_file() for i in range(saved)):
+        raise UsageError(option, f"{folder} is a sharded FSDP checkpoint (state_dict_cfg: local) of {saved} "
+                                 f"processes (rank0.pth .. rank{saved - 1}.pth); this run has {world}: resume it "
+                                 f"with {saved} processes (torchrun --nproc-per-node), or save with state_dict_cfg: "
+                                 "full to change the number")
+    return folder / f"rank{os.environ.get('RANK', '0')}.pth"
+
+
 def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
                             train_cfg: Mapping[str, Any] | None = None,
                             settings: Mapping[str, str] | None = None) -> None:
     """``path`` is a checkpoint MMEngine can resume from: a file that
     ``torch.load(weights_only=True)`` reads (what ``WeightsOnlyCheckpointHook`` writes)
     holding a ``state_dict`` (or, from ``DeepSpeedStrategy``, a folder whose
-    ``mp_rank_00_model_states.pt`` is such a file holding the weights as ``module``), and
+    ``mp_rank_00_model_states.pt`` is such a file holding the weights as ``module``; from
+    ``FSDPStrategy`` with ``state_dict_cfg: local``, a folder of one such ``rank{i}.pth`` per
+    process, saved by as many processes as this run has), and
     (given the run's ``train_cfg``) written by a run of the
     same length: MMEngine restores the checkpoint's parameter schedules as they were built,
     so a longer run would spend its extra epochs at the schedule's final learning rate and
@@ -233,6 +249,8 @@ def check_resume_checkpoint(path: str | os.PathLike, option: str = "--resume",
     p, weights = Path(path), "state_dict"
     if p.is_dir() and (p / _DEEPSPEED_MODEL_STATES).is_file():
         p, weights = p / _DEEPSPEED_MODEL_STATES, "module"
+    elif p.is_dir() and (p / "rank0.pth").is_file():
+        p = _sharded_checkpoint_file(p, option)
     if not p.is_file():
         raise MissingFileError(f"{option}: no checkpoint at {p}" + (" (it is a folder)" if p.is_dir() else ""))
     try:

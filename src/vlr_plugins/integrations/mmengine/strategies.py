@@ -28,6 +28,17 @@ MMEngine 0.10's:
   (the state is on the CPU already).
 - **DeepSpeed checkpoints, on any device**: the runner's checkpoint hooks
   (:class:`DeepSpeedFixes`).
+- **FSDP's sharded checkpoints (``state_dict_cfg: local``), on any device.** Each rank
+  writes ``rank{i}.pth`` into the checkpoint's folder, with torch's ``ShardedTensor`` for
+  the flat parameter and for AdamW's moments: ``torch.load(weights_only=True)`` refuses
+  the class, and unpickling one needs the process group of the run that saved it. Ours
+  saves each as its local shards, plain tensors with their offsets and the global size
+  (``{"vlr_sharded_tensor": ...}``), and rebuilds the ``ShardedTensor`` over the process
+  group on resume.
+- **FSDP's transformer layer policy, on any device.** torch's ``transformer_auto_wrap_policy``
+  takes classes; a config holds names. ``transformer_layer_cls`` of a config's
+  ``model_wrapper.auto_wrap_policy`` may name them (``[Qwen2VLDecoderLayer]``: a class of
+  one of the model's modules, or a dotted import path), resolved on the built model.
 - **FSDP resume, on any device.** ``FSDPStrategy.load_optim_state_dict`` calls
   ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, torch 2.0's argument
   order; since torch 2.1 it is ``(model, optim, optim_state_dict)``, and the call stops
@@ -48,7 +59,80 @@ from vlr_plugins.integrations.mmengine.cpu_distributed import (CpuCapableDistrib
                                                                init_cpu_process_group, on_cpu_processes)
 from vlr_plugins.integrations.mmengine.registry import SCOPE
 
-__all__ = ["CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "with_fixes"]
+__all__ = ["SHARDED_TENSOR", "CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "layer_classes", "plain_to_sharded",
+           "sharded_to_plain", "with_fixes"]
+
+
+#: the key of a ShardedTensor saved as plain shards (FSDP's ``state_dict_cfg: local``)
+SHARDED_TENSOR = "vlr_sharded_tensor"
+
+
+def sharded_to_plain(value: Any) -> Any:
+    """``value`` (a state dict, nested) with each torch ``ShardedTensor`` replaced by
+    ``{SHARDED_TENSOR: {"size": [...], "shards": [{"offsets": [...], "sizes": [...],
+    "tensor": t}, ...]}}``: this rank's shards, loadable by ``torch.load(weights_only=True)``."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    if isinstance(value, ShardedTensor):
+        shards = [{"offsets": list(s.metadata.shard_offsets), "sizes": list(s.metadata.shard_sizes),
+                   "tensor": s.tensor.detach()} for s in value.local_shards()]
+        return {SHARDED_TENSOR: {"size": list(value.size()), "shards": shards}}
+    if isinstance(value, dict):
+        return {k: sharded_to_plain(v) for k, v in value.items()}
+    return value
+
+
+def plain_to_sharded(value: Any) -> Any:
+    """What :func:`sharded_to_plain` saved, with each ``ShardedTensor`` rebuilt over the
+    default process group (collective: every rank rebuilds its checkpoint's, in its order)."""
+    if isinstance(value, dict) and set(value) == {SHARDED_TENSOR}:
+        import torch.distributed as dist
+        from torch.distributed._shard.metadata import ShardMetadata
+        from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
+
+        saved = value[SHARDED_TENSOR]
+        rank = dist.get_rank()
+        shards = [Shard(s["tensor"], ShardMetadata(list(s["offsets"]), list(s["sizes"]),
+                                                   f"rank:{rank}/{s['tensor'].device}"))
+                  for s in saved["shards"]]
+        return init_from_local_shards(shards, *saved["size"])
+    if isinstance(value, dict):
+        return {k: plain_to_sharded(v) for k, v in value.items()}
+    return value
+
+
+#: where a config gives FSDP's transformer layer classes
+LAYER_CLS_FIELD = "strategy.model_wrapper.auto_wrap_policy.transformer_layer_cls"
+
+
+def layer_classes(model: Any, names: Any) -> set[type]:
+    """The classes ``transformer_auto_wrap_policy`` wraps, from a config's
+    ``transformer_layer_cls``: classes, or their names as a config can hold them (a class
+    name of one of ``model``'s modules, as ``Qwen2VLDecoderLayer``, or a dotted import path).
+    torch's policy takes classes only ("isinstance() arg 2 must be a type"); a name no module
+    of ``model`` has is a :class:`~vlr_plugins.errors.ConfigError` naming the field."""
+    from vlr_plugins.errors import ConfigError
+
+    names = [names] if isinstance(names, (str, type)) else list(names or [])
+    present = {type(m).__name__: type(m) for m in model.modules()}
+    found: set[type] = set()
+    for name in names:
+        if isinstance(name, type):
+            found.add(name)
+            continue
+        kind = present.get(str(name))
+        if kind is None and "." in str(name):
+            from mmengine.utils import get_object_from_string
+
+            kind = get_object_from_string(str(name))
+        if not isinstance(kind, type):
+            layers = sorted(n for n in present if n.endswith(("Layer", "Block")))
+            raise ConfigError(f"{LAYER_CLS_FIELD}: {name!r} is not the class of any module of the model "
+                              f"(its layer classes: {', '.join(layers) or 'none'})")
+        found.add(kind)
+    if not found:
+        raise ConfigError(f"{LAYER_CLS_FIELD}: empty: name the model's layer class (e.g. its decoder layer's)")
+    return found
 
 
 def _is_fsdp(strategy: Any) -> bool:
@@ -105,6 +189,11 @@ class StrategyFixes(CpuProcessGroup):
     model_wrapper: dict | None
 
     def _wrap_model(self, model: Any) -> Any:
+        if _is_fsdp(self) and self.model_wrapper:
+            policy = self.model_wrapper.get("auto_wrap_policy")
+            if isinstance(policy, dict) and "transformer_layer_cls" in policy:
+                self.model_wrapper = {**self.model_wrapper, "auto_wrap_policy": {
+                    **policy, "transformer_layer_cls": layer_classes(model, policy["transformer_layer_cls"])}}
         if on_cpu_processes():
             if _is_fsdp(self):
                 wrapper = dict(self.model_wrapper or {"type": "MMFullyShardedDataParallel"})
@@ -118,9 +207,27 @@ class StrategyFixes(CpuProcessGroup):
                                           broadcast_buffers=False)
         return super()._wrap_model(model)  # type: ignore[misc]
 
+    def _sharded(self) -> bool:
+        return _is_fsdp(self) and not self._is_full_state_dict()  # type: ignore[attr-defined]
+
+    def model_state_dict(self) -> dict:
+        state = super().model_state_dict()  # type: ignore[misc]
+        return sharded_to_plain(state) if self._sharded() else state
+
+    def optim_state_dict(self) -> dict:
+        state = super().optim_state_dict()  # type: ignore[misc]
+        return sharded_to_plain(state) if self._sharded() else state
+
+    def load_model_state_dict(self, state_dict: dict, **kwargs: Any) -> None:
+        if self._sharded():
+            state_dict = plain_to_sharded(state_dict)
+        super().load_model_state_dict(state_dict, **kwargs)  # type: ignore[misc]
+
     def load_optim_state_dict(self, state_dict: dict) -> None:
         if not _is_fsdp(self):
             return super().load_optim_state_dict(state_dict)  # type: ignore[misc]
+        if self._sharded():
+            state_dict = plain_to_sharded(state_dict)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         wrapper = self.optim_wrapper  # type: ignore[attr-defined]
