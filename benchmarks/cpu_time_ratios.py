@@ -43,12 +43,12 @@ def _cpu_seconds() -> float:
 def _rounds(methods: dict, rounds: int, blas: list[str]) -> dict[str, list[float]]:
     """CPU seconds of every (BLAS, method) per round, the methods alternated (the engine's tile
     share calibrated for each BLAS first, once a machine, before any clock starts)."""
-    from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM
-    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread
+    from vlr_plugins.eval import _tile_calibration, retrieval_recall
+    from vlr_plugins.eval._tiles import l2_share
 
     for choice in blas:
         os.environ["VLR_CPU_BLAS"] = choice
-        cpu_tile_elems_per_thread(CALIBRATE_FROM)
+        _tile_calibration.ensure(_tile_calibration.CALIBRATE_FROM, l2_share(), retrieval_recall)
     times: dict[str, list[float]] = {}
     for _ in range(rounds):
         for choice in blas:

@@ -641,9 +641,10 @@ def main() -> None:
     if not {m.removesuffix(NEAR) for m in methods} <= set(known):
         sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(known)}")
     # the engine's CPU tile share, calibrated (once a machine) before any clock starts
-    from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread
+    from vlr_plugins.eval import _tile_calibration, retrieval_recall
+    from vlr_plugins.eval._tiles import l2_share
 
-    cpu_tile_elems_per_thread(max(n * m for n, m in sizes))
+    _tile_calibration.ensure(max(n * m for n, m in sizes), l2_share(), retrieval_recall)
     records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:

@@ -32,10 +32,10 @@ def fresh_cache(monkeypatch, tmp_path):
     for name, value in TINY.items():
         monkeypatch.setattr(_tile_calibration, name, value)
     _cpu_blas._machine_entry.cache_clear()
-    _cpu_blas._tile_share.cache_clear()
+    _tile_calibration._known.clear()
     yield tmp_path / "cpu-blas.json"
     _cpu_blas._machine_entry.cache_clear()
-    _cpu_blas._tile_share.cache_clear()
+    _tile_calibration._known.clear()
 
 
 def test_the_share_kept_is_the_fastest_only_where_it_clearly_beats_the_l2_rule():
@@ -48,14 +48,18 @@ def test_the_share_kept_is_the_fastest_only_where_it_clearly_beats_the_l2_rule()
 
 
 def test_measure_times_every_candidate_per_score():
-    seconds = _tile_calibration.measure((2**10, 2**12), rounds=1, shape=(32, 160, 8))
+    seconds = _tile_calibration.measure(retrieval_recall, (2**10, 2**12), rounds=1, shape=(32, 160, 8))
     assert set(seconds) == {2**10, 2**12} and all(0 < s < 1e-3 for s in seconds.values())
 
 
 def test_calibrated_once_for_large_work_and_kept(fresh_cache):
-    small = cpu_tile_elems_per_thread(BIG - 1)
-    assert small == l2_share()
+    g = torch.Generator().manual_seed(0)
+    items, texts = torch.randn(2048, 4, generator=g), torch.randn(BIG // 2048 - 1, 4, generator=g)
+    retrieval_recall(items, texts, torch.arange(len(texts)) * 2048 // len(texts))  # just under: no calibration
     assert "tile_elems" not in _entry(fresh_cache), "small work calibrated"
+    assert cpu_tile_elems_per_thread(BIG) == l2_share()  # none kept yet
+    texts = torch.cat([texts, texts[:1]])
+    retrieval_recall(items, texts, torch.arange(len(texts)) * 2048 // len(texts))  # the engine calibrates first
     share = cpu_tile_elems_per_thread(BIG)
     kept = json.loads(fresh_cache.read_text())[_cpu_blas._machine_key()]["tile_elems"]["torch"]
     seconds = {int(k): v for k, v in kept["seconds_per_score"].items()}
@@ -67,7 +71,7 @@ def test_calibrated_once_for_large_work_and_kept(fresh_cache):
     data = json.loads(fresh_cache.read_text())
     data[_cpu_blas._machine_key()]["tile_elems"]["torch"]["elems"] = 12345
     fresh_cache.write_text(json.dumps(data))
-    _cpu_blas._tile_share.cache_clear()
+    _tile_calibration._known.clear()
     assert cpu_tile_elems_per_thread(BIG) == 12345
     # an entry of another L2 rule (another kernel's reading of the caches), or a malformed one,
     # is measured again
@@ -75,7 +79,9 @@ def test_calibrated_once_for_large_work_and_kept(fresh_cache):
                  "not a dict"):
         data[_cpu_blas._machine_key()]["tile_elems"]["torch"] = kept
         fresh_cache.write_text(json.dumps(data))
-        _cpu_blas._tile_share.cache_clear()
+        _tile_calibration._known.clear()
+        assert cpu_tile_elems_per_thread(BIG) == l2_share()  # not kept: the L2 rule until calibrated
+        _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
         again = cpu_tile_elems_per_thread(BIG)
         assert again == share_of(fresh_cache) and again != 12345
 
@@ -91,12 +97,13 @@ def share_of(cache: Path) -> int:
 
 _CHILD = """
 import json, sys
-from vlr_plugins.eval import _tile_calibration
-from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread
+from vlr_plugins.eval import _tile_calibration, retrieval_recall
+from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_share
 for name, value in json.loads(sys.argv[1]).items():
     setattr(_tile_calibration, name, tuple(value))
 measured, measure = [], _tile_calibration.measure
 _tile_calibration.measure = lambda *a, **k: measured.append(1) or measure(*a, **k)
+_tile_calibration.ensure(_tile_calibration.CALIBRATE_FROM, l2_share(), retrieval_recall)
 print(json.dumps([cpu_tile_elems_per_thread(_tile_calibration.CALIBRATE_FROM), bool(measured)]))
 """
 

@@ -33,6 +33,7 @@ import functools
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,7 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product", "tile_share"]
+__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product"]
 
 _CHOICES = ("torch", "numpy")
 #: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
@@ -133,13 +134,26 @@ def _probe_invariant(name: str) -> bool:
     return True
 
 
+#: how deep this thread is in :func:`_cache_lock` (a nested call holds the lock already)
+_held = threading.local()
+
+
 @contextlib.contextmanager
 def _cache_lock(path: Path) -> Iterator[None]:
     """The cache file's lock (``filelock``), held while a calibration measures and writes, so that
     processes started at once on a machine (torchrun's, test workers) measure once and all read
-    the same answer; where the folder cannot be made, none (each process measures for itself)."""
+    the same answer; re-entrant within a thread; where the folder cannot be made, none (each
+    process measures for itself)."""
     from filelock import FileLock, Timeout
 
+    depth = getattr(_held, "depth", 0)
+    if depth:
+        _held.depth = depth + 1
+        try:
+            yield
+        finally:
+            _held.depth = depth
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path) + ".lock", timeout=300)
@@ -147,9 +161,11 @@ def _cache_lock(path: Path) -> Iterator[None]:
     except (OSError, Timeout):
         yield
         return
+    _held.depth = 1
     try:
         yield
     finally:
+        _held.depth = 0
         lock.release()
 
 
@@ -162,8 +178,8 @@ def _valid_entry(entry: object) -> bool:
 def _machine_entry() -> dict:
     """This machine's cache entry (measured and probed once, then read): ``choice``,
     ``invariant`` (numpy's BLAS, see :func:`invariant`), ``seconds``, ``shape``, and once the
-    tiles are calibrated ``tile_elems`` (:func:`tile_share`). An entry written before the probe
-    existed is measured again."""
+    tiles are calibrated ``tile_elems`` (:mod:`~vlr_plugins.eval._tile_calibration`). An entry
+    written before the probe existed is measured again."""
     path, key = _cache_file(), _machine_key()
     entry = _read_cache(path).get(key)
     if _valid_entry(entry):
@@ -179,47 +195,6 @@ def _machine_entry() -> dict:
         data[key] = entry = {"choice": pick, "invariant": eligible, "seconds": seconds, "shape": list(_SHAPE)}
         _write_cache(path, data)
     return entry
-
-
-def tile_share(l2_share: int) -> int:
-    """Scores per thread of the engine's CPU tiles on this machine in the tile BLAS :func:`choice`
-    takes: calibrated once (:mod:`~vlr_plugins.eval._tile_calibration`, about a second) and kept
-    in this machine's cache entry beside the BLAS choice; ``l2_share``: the L2 rule's share."""
-    return _tile_share(choice(), l2_share)
-
-
-@functools.lru_cache(maxsize=None)
-def _tile_share(blas: str, l2_share: int) -> int:
-    from vlr_plugins.eval import _tile_calibration
-
-    def kept(entry: object) -> int | None:
-        shares = entry.get("tile_elems") if isinstance(entry, dict) else None
-        found = shares.get(blas) if isinstance(shares, dict) else None
-        if isinstance(found, dict) and found.get("l2_share") == l2_share and isinstance(found.get("elems"), int):
-            return found["elems"]
-        return None
-
-    path, key = _cache_file(), _machine_key()
-    _machine_entry()
-    if (elems := kept(_read_cache(path).get(key))) is not None:
-        return elems
-    with _cache_lock(path):
-        data = _read_cache(path)
-        entry = data.get(key)
-        if (elems := kept(entry)) is not None:
-            return elems
-        seconds = _tile_calibration.measure()
-        elems = _tile_calibration.calibrated(l2_share, seconds)
-        if not _valid_entry(entry):  # the file could not be written or was replaced: keep what this process knows
-            entry = dict(_machine_entry())
-        if not isinstance(entry.get("tile_elems"), dict):
-            entry["tile_elems"] = {}
-        entry["tile_elems"][blas] = {
-            "elems": elems, "l2_share": l2_share,
-            "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
-        data[key] = entry
-        _write_cache(path, data)
-    return elems
 
 
 def _calibrated() -> str:

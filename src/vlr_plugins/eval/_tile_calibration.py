@@ -6,15 +6,18 @@ a product (whose speed depends on the tile's shape and the BLAS) followed by ele
 passes over the tile (whose speed depends on where the tile sits in the caches). On the Intel Xeon
 the engine was first tuned on (2 MiB of L2 a core) 2^19 scores a thread were fastest and 2^20
 slower; on another Intel Xeon (model 167, 2 MiB L2) 2^21; on an AMD EPYC Zen 3 (512 KiB L2) 2^19
-to 2^21 within a few percent of the L2 rule's 2^17 (docs/benchmarks.md). :func:`measure` times the
-engine itself on one thread (a 2,048 x 10,240 recall, ~0.2 s) at each of :data:`CANDIDATES`, the
-candidates alternated round by round (about 3 s in all, once per machine and tile BLAS), and
-:func:`calibrated` keeps the fastest, where it beats the L2 rule's share
-(:func:`~vlr_plugins.eval._tiles.elems_for_l2`) by at least :data:`_MARGIN` (a calibration on a
-busy machine seldom moves it).
+to 2^21, 8-19 % faster than the L2 rule's 2^17 (docs/benchmarks.md).
 
-Work smaller than :data:`CALIBRATE_FROM` scores (e.g. 5,000 x 13,000) takes the L2 rule's share and
-never waits for a calibration. ``VLR_CPU_TILE_ELEMS`` overrides it: ``auto`` (the default: calibrated), ``l2`` (the L2 rule, no
+:func:`ensure` (which ``retrieval_recall`` calls before work of at least :data:`CALIBRATE_FROM`
+scores on a CPU) :func:`measure`\ s the engine itself on one thread (a 2,048 x 10,240 recall,
+~0.2 s) at each of :data:`CANDIDATES`, alternated round by round (about 3 s in all, once per
+machine and tile BLAS, under the cache file's lock), and keeps :func:`calibrated`'s answer: the
+fastest, where it beats the L2 rule's share (:func:`~vlr_plugins.eval._tiles.elems_for_l2`) by
+at least :data:`_MARGIN` (a calibration on a busy machine seldom moves it). :func:`per_thread`
+reads it (the tiles' module: no measuring there). Work smaller than :data:`CALIBRATE_FROM`
+scores (e.g. 5,000 x 13,000) takes the L2 rule's share and never waits for a calibration.
+
+``VLR_CPU_TILE_ELEMS`` overrides it: ``auto`` (the default: calibrated), ``l2`` (the L2 rule, no
 calibration) or a number of scores per thread (at least 1024). The share only moves the tile
 boundaries: the engine's results are exact at any tile shape.
 """
@@ -26,13 +29,14 @@ import contextvars
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
 from vlr_plugins.errors import ConfigError
+from vlr_plugins.eval import _cpu_blas
 
-__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "measure", "per_thread", "setting"]
+__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "ensure", "measure", "per_thread", "setting"]
 
 #: the shares measured (scores per thread)
 CANDIDATES = tuple(2**k for k in range(17, 22))
@@ -69,8 +73,8 @@ def setting() -> str | int:
 
 def per_thread(l2_share: int, calibrate: bool = True) -> int:
     """Scores per thread of the engine's CPU tiles: ``VLR_CPU_TILE_ELEMS``'s number, ``l2_share``
-    (the L2 rule's) under ``l2``, else with ``calibrate`` the calibrated share of this machine and
-    tile BLAS (measured now if not yet), without it ``l2_share``."""
+    (the L2 rule's) under ``l2``, else with ``calibrate`` the share kept for this machine and tile
+    BLAS (by :func:`ensure`; ``l2_share`` until one is), without it ``l2_share``."""
     if (forced := _FORCED.get()) is not None:
         return forced
     wanted = setting()
@@ -80,9 +84,64 @@ def per_thread(l2_share: int, calibrate: bool = True) -> int:
         return wanted
     if not calibrate:
         return l2_share
-    from vlr_plugins.eval import _cpu_blas
+    kept = _kept(_cpu_blas.choice(), l2_share)
+    return l2_share if kept is None else kept
 
-    return _cpu_blas.tile_share(l2_share)
+
+def _kept_in(entry: object, blas: str, l2_share: int) -> int | None:
+    shares = entry.get("tile_elems") if isinstance(entry, dict) else None
+    found = shares.get(blas) if isinstance(shares, dict) else None
+    if isinstance(found, dict) and found.get("l2_share") == l2_share and isinstance(found.get("elems"), int):
+        return found["elems"]
+    return None
+
+
+#: (tile BLAS, the L2 rule's share) -> the share this process knows (read from the cache file or measured)
+_known: dict[tuple[str, int], int] = {}
+
+
+def _kept(blas: str, l2_share: int) -> int | None:
+    """The share this process knows for ``blas``, else the one kept in this machine's cache
+    entry (read then), or None."""
+    if (blas, l2_share) not in _known:
+        found = _kept_in(_cpu_blas._read_cache(_cpu_blas._cache_file()).get(_cpu_blas._machine_key()),
+                         blas, l2_share)
+        if found is None:
+            return None
+        _known[(blas, l2_share)] = found
+    return _known[(blas, l2_share)]
+
+
+def ensure(scores: int, l2_share: int, engine: Callable[..., object]) -> None:
+    """Before work of ``scores`` scores: where it is at least :data:`CALIBRATE_FROM` and
+    ``VLR_CPU_TILE_ELEMS`` is ``auto``, calibrate this machine's share in the tile BLAS
+    :func:`~vlr_plugins.eval._cpu_blas.choice` takes, unless one is kept: :func:`measure` the
+    ``engine`` (``retrieval_recall``; about 3 s) under the cache file's lock, so that processes
+    started at once measure once, and keep the share beside the BLAS choice."""
+    if scores < CALIBRATE_FROM or setting() != "auto" or _FORCED.get() is not None:
+        return
+    blas = _cpu_blas.choice()
+    if _kept(blas, l2_share) is not None:
+        return
+    known = _cpu_blas._machine_entry()  # the BLAS choice measured first (its own lock)
+    path, key = _cpu_blas._cache_file(), _cpu_blas._machine_key()
+    with _cpu_blas._cache_lock(path):
+        data = _cpu_blas._read_cache(path)
+        entry = data.get(key)
+        elems = _kept_in(entry, blas, l2_share)
+        if elems is None:
+            seconds = measure(engine)
+            elems = calibrated(l2_share, seconds)
+            if not _cpu_blas._valid_entry(entry):  # unreadable or replaced: keep what this process knows
+                entry = dict(known)
+            if not isinstance(entry.get("tile_elems"), dict):
+                entry["tile_elems"] = {}
+            entry["tile_elems"][blas] = {
+                "elems": elems, "l2_share": l2_share,
+                "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
+            data[key] = entry
+            _cpu_blas._write_cache(path, data)  # where it cannot be written, this process still knows
+    _known[(blas, l2_share)] = elems
 
 
 @contextlib.contextmanager
@@ -95,16 +154,13 @@ def _share(elems: int) -> Iterator[None]:
         _FORCED.reset(token)
 
 
-def measure(candidates: tuple[int, ...] | None = None, *, rounds: int | None = None,
-            shape: tuple[int, int, int] | None = None) -> dict[int, float]:
-    """CPU seconds per score of the engine itself (:func:`~vlr_plugins.eval.retrieval_recall`,
+def measure(engine: Callable[..., object], candidates: tuple[int, ...] | None = None, *,
+            rounds: int | None = None, shape: tuple[int, int, int] | None = None) -> dict[int, float]:
+    """CPU seconds per score of the ``engine`` itself (:func:`~vlr_plugins.eval.retrieval_recall`:
     recall only, texts grouped by item, on one thread) at each share of ``candidates`` (default
     :data:`CANDIDATES`): the fastest of ``rounds`` rounds that alternate them, on seeded random
     unit vectors of ``shape`` (items, texts, D; default ``_SHAPE``)."""
     candidates, rounds, shape = candidates or CANDIDATES, rounds or _ROUNDS, shape or _SHAPE
-    from vlr_plugins.eval._cpu_blas import blas_threads
-    from vlr_plugins.eval.retrieval import retrieval_recall
-
     n_items, n_texts, dim = shape
     generator = torch.Generator().manual_seed(0)
     items = torch.randn(n_items, dim, generator=generator)
@@ -115,10 +171,10 @@ def measure(candidates: tuple[int, ...] | None = None, *, rounds: int | None = N
     def run(elems: int) -> float:
         with _share(elems):
             start = time.process_time()
-            retrieval_recall(items, texts, owner)
+            engine(items, texts, owner)
             return (time.process_time() - start) / (n_items * n_texts)
 
-    with blas_threads(1):
+    with _cpu_blas.blas_threads(1):
         run(candidates[0])  # warm-up
         for _ in range(rounds):
             for elems in candidates:

@@ -88,9 +88,10 @@ def l2_share() -> int:
 
 def cpu_tile_elems_per_thread(scores: int | None = None) -> int:
     """Scores per thread of a CPU tile for work of ``scores`` scores: from
-    :data:`~vlr_plugins.eval._tile_calibration.CALIBRATE_FROM` scores on, calibrated once per
-    machine and tile BLAS (:mod:`~vlr_plugins.eval._tile_calibration`: the fastest measured share
-    where it beats :func:`l2_share`'s), below it (or unknown) :func:`l2_share`; or as
+    :data:`~vlr_plugins.eval._tile_calibration.CALIBRATE_FROM` scores on, the share calibrated
+    for this machine and tile BLAS (:mod:`~vlr_plugins.eval._tile_calibration`: the fastest
+    measured share where it beats :func:`l2_share`'s; ``retrieval_recall`` calibrates first where
+    none is kept), below it (or unknown, or not calibrated) :func:`l2_share`; or as
     ``VLR_CPU_TILE_ELEMS`` says (``l2``: :func:`l2_share`; a number)."""
     return per_thread(l2_share(), calibrate=scores is not None and scores >= CALIBRATE_FROM)
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from vlr_plugins.eval._tiles import ScoreMatrix
+from vlr_plugins.eval import _tile_calibration
+from vlr_plugins.eval._tiles import ScoreMatrix, l2_share
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
 from vlr_plugins.eval.best_rank_metrics import rank_metrics as _rank_metrics
@@ -157,6 +158,8 @@ def retrieval_recall(
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
+    if device.type == "cpu":  # the CPU tile share of large work, calibrated once a machine
+        _tile_calibration.ensure(len(item_emb) * len(text_emb), l2_share(), retrieval_recall)
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
     pairs = None
