@@ -9,7 +9,7 @@ slower; on another Intel Xeon (model 167, 2 MiB L2) 2^21; on an AMD EPYC Zen 3 (
 to 2^21, 8-19 % faster than the L2 rule's 2^17 (docs/benchmarks.md).
 
 :func:`ensure` (which ``retrieval_recall`` calls before work of at least :data:`CALIBRATE_FROM`
-scores on a CPU) :func:`measure`\ s the engine itself on one thread (a 2,048 x 10,240 recall,
+scores on a CPU) measures the engine itself (:func:`measure`) on one thread (a 2,048 x 10,240 recall,
 ~0.2 s) at each of :data:`CANDIDATES`, alternated round by round (about 3 s in all, once per
 machine and tile BLAS, under the cache file's lock), and keeps :func:`calibrated`'s answer: the
 fastest, where it beats the L2 rule's share (:func:`~vlr_plugins.eval._tiles.elems_for_l2`) by
