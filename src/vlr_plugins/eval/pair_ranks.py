@@ -191,9 +191,17 @@ class PairSlots:
         """Adds tile ``scores`` (its valid rows x columns; items from ``item_start``) to ``counts``."""
         k = self.row_tile_slots[row_tile]
         rows = slice(item_start, item_start + scores.shape[0])
-        # one view per slot from one call each (the per-op cost is a fair part of a small tile's)
-        for threshold, count in zip(thresholds[:k, rows, None].unbind(0), counts[:k, rows].unbind(0)):
-            count_above(scores, threshold, work, 1, count, ones)
+        # one view per slot from one call each (the per-op cost is a fair part of a small tile's);
+        # count_above's comparison and sum, written out for the float32 counts
+        thresholds_k, counts_k = thresholds[:k, rows, None].unbind(0), counts[:k, rows].unbind(0)
+        if self.dtype != work.dtype:
+            for threshold, count in zip(thresholds_k, counts_k):
+                count_above(scores, threshold, work, 1, count, ones)
+            return
+        ones = ones[:scores.shape[1]]
+        for threshold, count in zip(thresholds_k, counts_k):
+            torch.gt(scores, threshold, out=work)
+            count.addmv_(work, ones)
 
     @staticmethod
     def own_tile_ties(scores: torch.Tensor, n_cols: int, rows: torch.Tensor, positive: torch.Tensor,
