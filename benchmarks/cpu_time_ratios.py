@@ -2,6 +2,7 @@
 
     python benchmarks/cpu_time_ratios.py renorm            # 10K x 50K: plain, DSL, QB-Norm (+ the passes)
     python benchmarks/cpu_time_ratios.py mine              # 4K x 50K and 4,096 x 118,287: mine vs faiss
+    python benchmarks/cpu_time_ratios.py graded --blas torch   # 10K x 50K interleaved: recall-only vs + mAP/nDCG
     python benchmarks/cpu_time_ratios.py renorm --size 4000x20000 --rounds 5 --blas torch,numpy
 
 On a machine shared with other jobs, wall time measures the load as much as the code; one
@@ -16,6 +17,11 @@ Each ``--blas`` (the engine's CPU tile BLAS, ``VLR_CPU_BLAS``) is measured in tu
   (as in ``retrieval_recall.py``'s ``_near`` methods), and the passes alone: the grouped pass
   without keys, DSL's statistics pass (``test_pass``) and its rank pass (``grouped_ranks`` with
   the keys).
+* ``graded``: ``retrieval_recall`` recall-only and with ``map@10, ndcg@10`` (and ``mdr, mnr,
+  mrr@10``) on the interleaved layout (text j to item j mod N, ``exact_ranks``' pass; the
+  grouped layout's engine beside it), and once the row-wise pair ranks (``row_pair_ranks``,
+  the previous way for this layout): its time, and whether every pair's rank equals the tiled
+  pass's.
 * ``mine``: ``mine_hard_negatives(k=10)`` against faiss' ``add`` + ``search(k + 1)`` (what
   sentence-transformers' ``use_faiss=True`` does), random unit vectors, one positive per query.
 """
@@ -95,6 +101,61 @@ def renorm(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
     return records
 
 
+def graded(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
+    import retrieval_recall as rr
+    import torch
+
+    from vlr_plugins.eval import retrieval_recall
+    from vlr_plugins.eval._tiles import ScoreMatrix
+    from vlr_plugins.eval.graded_metrics import graded_rank_metrics
+    from vlr_plugins.eval.pair_ranks import row_pair_ranks
+
+    items, texts, grouped_owner = rr.make_embeddings(n, m)
+    owner = rr.interleaved(grouped_owner)
+    metrics = rr.BEST_RANK_METRICS + rr.GRADED_METRICS
+    methods = {
+        "recall only": lambda: retrieval_recall(items, texts, owner, ks=rr.KS),
+        "+ mAP, nDCG": lambda: retrieval_recall(items, texts, owner, ks=rr.KS, rank_metrics=metrics),
+        "grouped recall only": lambda: retrieval_recall(items, texts, grouped_owner, ks=rr.KS),
+        "grouped + mAP, nDCG": lambda: retrieval_recall(items, texts, grouped_owner, ks=rr.KS, rank_metrics=metrics),
+    }
+    times = _rounds(methods, rounds, blas)
+    tiled = retrieval_recall(items, texts, owner, ks=rr.KS, rank_metrics=metrics, return_ranks=True)
+    matrix = ScoreMatrix(items, texts, owner, device=torch.device("cpu"), max_chunk_bytes=256 * 2**20)
+    start = _cpu_seconds()
+    rows = row_pair_ranks(matrix, matrix.arange(n), torch.empty(m, dtype=torch.long))
+    row_seconds = _cpu_seconds() - start
+    differ = (rows != tiled["i2t_pair_ranks"]).nonzero().flatten().tolist()
+    same = not differ
+    # a pair placed differently must have other texts within float32 rounding of its score
+    # (D 2^-24, the engine's documented exception): products of other shapes round them apart
+    near = 0
+    for j in differ:
+        i = int(owner[j])
+        row = (items[i].double() / items[i].double().norm()) @ (texts.double() / texts.double().norm(dim=1, keepdim=True)).T
+        close = int(((row - row[j]).abs() <= items.shape[1] * 2**-24).sum()) - 1
+        near += abs(int(rows[j]) - int(tiled["i2t_pair_ranks"][j])) <= close
+    row_metrics = graded_rank_metrics(rows, owner, n, rr.GRADED_METRICS)
+    same_metrics = all(row_metrics[k] == tiled[f"i2t_{k}"] for k in rr.GRADED_METRICS)
+    records = []
+    for choice in blas:
+        base = min(times[f"{choice}:recall only"])
+        for name in methods:
+            t = times[f"{choice}:{name}"]
+            records.append({"size": f"{n}x{m}", "blas": choice, "method": name, "best_s": min(t),
+                            "median_s": sorted(t)[len(t) // 2], "over_plain": min(t) / base})
+        records.append({"size": f"{n}x{m}", "blas": choice, "method": "row_pair_ranks alone (once)",
+                        "best_s": row_seconds, "median_s": row_seconds, "over_plain": row_seconds / base,
+                        "pair_ranks_equal_to_tiled": same, "pairs_differing": len(differ),
+                        "differing_within_float32_rounding": near, "graded_metrics_equal": same_metrics})
+    print(f"row-wise pair ranks {'EQUAL to' if same else 'DIFFER from'} the tiled pass's at {n:,} x {m:,} "
+          f"({len(differ)} of {m:,} pairs differ, {near} of them by no more places than the texts within "
+          f"D 2^-24 of the pair's float64 score; i2t {', '.join(rr.GRADED_METRICS)} "
+          f"{'EQUAL' if same_metrics else 'DIFFERENT'}); "
+          f"metrics {({k: round(v, 6) for k, v in tiled.items() if isinstance(v, float) and '@' in k})}")
+    return records
+
+
 def mine(sizes: list[tuple[int, int]], rounds: int, blas: list[str]) -> list[dict]:
     import faiss
     import torch
@@ -127,7 +188,7 @@ def mine(sizes: list[tuple[int, int]], rounds: int, blas: list[str]) -> list[dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("renorm", "mine"))
+    parser.add_argument("what", choices=("renorm", "mine", "graded"))
     parser.add_argument("--size", action="append", help="QxG (default: renorm 10000x50000; mine 4000x50000 "
                                                        "and 4096x118287)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -139,7 +200,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    default = ["10000x50000"] if args.what == "renorm" else ["4000x50000", "4096x118287"]
+    default = ["10000x50000"] if args.what in ("renorm", "graded") else ["4000x50000", "4096x118287"]
     sizes = [tuple(int(v) for v in s.split("x")) for s in (args.size or default)]
     blas = args.blas.split(",")
     from vlr_plugins.eval._cpu_blas import invariant
@@ -148,13 +209,14 @@ def main() -> None:
         print("numpy's BLAS gives equal rows different scores on this CPU: not measured (the engine takes torch's)")
         blas = [b for b in blas if b != "numpy"]
     with threadpool_limits(1):
-        if args.what == "renorm":
-            records = [r for n, m in sizes for r in renorm(n, m, args.rounds, blas)]
+        if args.what in ("renorm", "graded"):
+            run = renorm if args.what == "renorm" else graded
+            records = [r for n, m in sizes for r in run(n, m, args.rounds, blas)]
         else:
             records = mine(sizes, args.rounds, blas)
     print(f"\n{describe()}; one thread, CPU time, fastest of {args.rounds} alternated rounds; "
           f"load average {os.getloadavg()[0]:.1f}\n")
-    ratio = "over_plain" if args.what == "renorm" else "over_faiss"
+    ratio = "over_faiss" if args.what == "mine" else "over_plain"
     print(f"| size | tile BLAS | method | best CPU s | median CPU s | best / {ratio.split('_')[1]} |")
     print("|---|---|---|---|---|---|")
     for r in records:

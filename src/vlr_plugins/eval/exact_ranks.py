@@ -15,6 +15,11 @@ bits wherever it sits in a product of one shape, but not across shapes (a 1-row 
 differs in the last bit, and so may any shape when D is large), so both passes multiply
 tiles of exactly the same shape; every positive pair's score is compared between the two
 passes, and a query whose check fails is recomputed whole too.
+
+With ``pair_ranks`` the same pass also ranks every text in its owner's row (the positives
+mAP@k and nDCG@k grade: :class:`~vlr_plugins.eval.pair_ranks.PairSlots`, one comparison per
+score and per text of an item, the same >= / > rule per text); an item's best text is then
+its best-ranked one, and the best-positive comparison is not made.
 """
 
 from __future__ import annotations
@@ -24,30 +29,40 @@ import torch
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
+from vlr_plugins.eval.pair_ranks import PairSlots, least_per_item
 from vlr_plugins.eval.row_ranks import row_ranks
 
 _INF = float("inf")
 
 
-def exact_ranks(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_ranks(matrix: ScoreMatrix, pair_ranks: bool = False) -> tuple[torch.Tensor, ...]:
     """(N,) 0-based rank of every item's best text and (M,) of every text's owner; a
-    candidate with the positive's exact score is ahead when its gallery index is lower."""
+    candidate with the positive's exact score is ahead when its gallery index is lower.
+    ``pair_ranks``: also (M,) every text's rank in its owner's row, from the same pass."""
     with exact_matmuls():
         positive_score, ties_in_text_tile = positive_scores(matrix)
-        best_score, best_text = best_positives(matrix, positive_score)
-        ahead_of_items, ahead_of_texts, ties_in_item_tile, seen = _count_pass(
-            matrix, positive_score, best_score, best_text)
+        slots = PairSlots(matrix, positive_score) if pair_ranks else None
+        best_score, best_text = best_positives(matrix, positive_score) if slots is None else (None, None)
+        ahead_of_items, ahead_of_texts, ties_in_item_tile, seen, pair_counts, pair_ties = _count_pass(
+            matrix, positive_score, best_score, best_text, slots)
         # recomputed whole: a score that differed between passes, or a tie with the positive
         # inside its own tile (where the tile-wise rule cannot tell before from after)
         changed = seen != positive_score
         redo_texts = changed | (ties_in_text_tile > 1)
-        redo_items = ties_in_item_tile > 1
+        t2i = ahead_of_texts.long()
+        if redo_texts.any():
+            t2i[redo_texts] = row_ranks(matrix, "t2i", redo_texts.nonzero().flatten())
+        redo_items = torch.zeros(matrix.n_items, dtype=torch.bool, device=matrix.device)
         redo_items[matrix.owner[changed]] = True
-        ranks = (ahead_of_items.long(), ahead_of_texts.long())
-        for rank, redo, direction in zip(ranks, (redo_items, redo_texts), ("i2t", "t2i")):
-            if redo.any():
-                rank[redo] = row_ranks(matrix, direction, redo.nonzero().flatten())
-    return ranks
+        if slots is not None:
+            redo_items[matrix.owner[pair_ties > 1]] = True
+            pairs = slots.ranks(pair_counts, redo_items)
+            return least_per_item(pairs, matrix.owner, matrix.n_items), t2i, pairs
+        redo_items |= ties_in_item_tile > 1
+        i2t = ahead_of_items.long()
+        if redo_items.any():
+            i2t[redo_items] = row_ranks(matrix, "i2t", redo_items.nonzero().flatten())
+    return i2t, t2i
 
 
 class _Worker:
@@ -56,7 +71,7 @@ class _Worker:
     several columns would otherwise share."""
 
     def __init__(self, matrix: ScoreMatrix, ahead_of_items: torch.Tensor | None = None,
-                 ahead_of_texts: torch.Tensor | None = None) -> None:
+                 ahead_of_texts: torch.Tensor | None = None, slots: PairSlots | None = None) -> None:
         self.item_rows, self.text_rows, self.scores = matrix.tile_buffers()
         self.work = torch.empty_like(self.scores)
         self.ones = torch.ones(max(matrix.tile_items, matrix.tile_texts), device=matrix.device)
@@ -65,11 +80,14 @@ class _Worker:
             self.ahead_of_items = torch.zeros_like(ahead_of_items)
             self.ahead_of_texts = torch.zeros_like(ahead_of_texts)
             self.item_threshold = torch.empty(matrix.n_items, device=matrix.device)
+        if slots is not None:  # every positive pair's threshold in the column visited, and its counts
+            self.pair_threshold, self.pair_counts = slots.worker_buffers()
 
 
 def _workers(matrix: ScoreMatrix, tasks: int, ahead_of_items: torch.Tensor | None = None,
-             ahead_of_texts: torch.Tensor | None = None) -> list[_Worker]:
-    return [_Worker(matrix, ahead_of_items, ahead_of_texts) for _ in range(max(1, min(matrix.workers, tasks)))]
+             ahead_of_texts: torch.Tensor | None = None, slots: PairSlots | None = None) -> list[_Worker]:
+    return [_Worker(matrix, ahead_of_items, ahead_of_texts, slots)
+            for _ in range(max(1, min(matrix.workers, tasks)))]
 
 
 def positive_scores(matrix: ScoreMatrix) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,36 +134,43 @@ def best_positives(matrix: ScoreMatrix, positive_score: torch.Tensor) -> tuple[t
     return best_score, best_text
 
 
-def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: torch.Tensor,
-                best_text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: torch.Tensor | None,
+                best_text: torch.Tensor | None, slots: PairSlots | None = None) -> tuple:
     """The pass over every tile, a column of tiles (a text tile x every row tile, in row
     order) per task. Returns (N,) texts ahead of each item's best text, (M,) items ahead
     of each text's owner, (N,) texts in the tile of each item's best text scoring exactly
-    as it does, and (M,) each positive pair's score as this pass saw it."""
+    as it does, (M,) each positive pair's score as this pass saw it, and with ``slots``
+    (then without the best texts: ``best_score`` and ``best_text`` None, the first and third
+    zero) every worker's pair counts and (M,) the texts in each positive pair's tile scoring
+    exactly as it does (the best-text ones)."""
     n_items, n_texts, device = matrix.n_items, matrix.n_texts, matrix.device
     tile_items, tile_texts = matrix.tile_items, matrix.tile_texts
     n_row_tiles = -(-n_items // tile_items)
     n_col_tiles = -(-n_texts // tile_texts)
     n_tiles = n_row_tiles * n_col_tiles
+    best = slots is None  # the best texts' own comparison (with slots: the least pair rank)
     # tiles before the positive's compare with >= (i.e. > the next float down), so that
     # ties there count as ahead; from the positive's tile on, with >
     down = torch.tensor(-_INF, device=device)
-    best_down = torch.nextafter(best_score, down)
-    best_col = best_text // tile_texts  # an item's threshold is strict from this column of tiles on
     # every positive pair (owner[j], j) in the order tiles are visited: its offset in the
-    # flattened tile (to read its score there) and its text's offset in the text tile
+    # flattened tile (to read its score there), its text's offset in the text tile, its row
     text = matrix.arange(n_texts)
     pair_tile = (text // tile_texts) * n_row_tiles + matrix.owner // tile_items
     pair_order, pair_edges = torch.argsort(pair_tile, stable=True), _edges(pair_tile, n_tiles)
     pair_offset = ((matrix.owner % tile_items) * tile_texts + text % tile_texts)[pair_order]
     pair_text_offset, pair_score = (text % tile_texts)[pair_order], positive_score[pair_order]
+    pair_row = (matrix.owner % tile_items)[pair_order]
     seen = torch.empty(n_texts, device=device)
-    # every item's best pair (i, best_text[i]), in the same order: scores equal to it in its tile
-    item = matrix.arange(n_items)
-    best_tile = best_col * n_row_tiles + item // tile_items
-    best_order, best_edges = torch.argsort(best_tile, stable=True), _edges(best_tile, n_tiles)
-    best_row, best_score_in_order = (item % tile_items)[best_order], best_score[best_order]
+    pair_ties = torch.zeros(n_texts if not best else 0, device=device)
     best_ties = torch.zeros(n_items, device=device)
+    if best:
+        best_down = torch.nextafter(best_score, down)
+        best_col = best_text // tile_texts  # an item's threshold is strict from this column of tiles on
+        # every item's best pair (i, best_text[i]), in the same order: scores equal to it in its tile
+        item = matrix.arange(n_items)
+        best_tile = best_col * n_row_tiles + item // tile_items
+        best_order, best_edges = torch.argsort(best_tile, stable=True), _edges(best_tile, n_tiles)
+        best_row, best_score_in_order = (item % tile_items)[best_order], best_score[best_order]
     ahead_of_items, ahead_of_texts = count_accumulators(n_items, n_texts, device)
 
     owner_row_tile = matrix.owner // tile_items
@@ -168,8 +193,11 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
                                      torch.nextafter(positive_score[cols], down))
         item_threshold = worker.item_threshold
         first, last = row_tiles.start * tile_items, min(row_tiles.stop * tile_items, n_items)
-        torch.where(best_col[first:last] < col_tile, best_score[first:last], best_down[first:last],
-                    out=item_threshold[first:last])
+        if best:
+            torch.where(best_col[first:last] < col_tile, best_score[first:last], best_down[first:last],
+                        out=item_threshold[first:last])
+        else:
+            slots.thresholds(col_tile, slice(first, last), worker.pair_threshold)
         for row_tile in row_tiles:
             item_start = row_tile * tile_items
             n_rows = matrix.items.load(slice(item_start, item_start + tile_items), item_rows)
@@ -179,20 +207,28 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
             if hi > lo:  # the owners in this row tile: strict from here on
                 torch.index_select(scores.view(-1), 0, pair_offset[lo:hi], out=seen[lo:hi])
                 text_threshold.index_copy_(0, pair_text_offset[lo:hi], pair_score[lo:hi])
-            lo, hi = best_edges[tile], best_edges[tile + 1]
-            if hi > lo:  # best texts in this tile: strict from here on
-                best_rows = work[:hi - lo]  # compared in place: no buffer beyond the tile's two
-                torch.index_select(scores, 0, best_row[lo:hi], out=best_rows)
-                count_above(best_rows, best_score_in_order[lo:hi, None], best_rows, 1, best_ties[lo:hi], ones,
-                            compare=torch.eq)
-                item_threshold.index_copy_(0, best_order[lo:hi], best_score_in_order[lo:hi])
+                if not best:  # every positive pair here: the texts of this tile scoring as it does
+                    slots.own_tile_ties(scores, n_cols, pair_row[lo:hi], pair_score[lo:hi], pair_ties[lo:hi],
+                                        work, ones)
+            if best:
+                lo, hi = best_edges[tile], best_edges[tile + 1]
+                if hi > lo:  # best texts in this tile: strict from here on
+                    best_rows = work[:hi - lo]  # compared in place: no buffer beyond the tile's two
+                    torch.index_select(scores, 0, best_row[lo:hi], out=best_rows)
+                    count_above(best_rows, best_score_in_order[lo:hi, None], best_rows, 1, best_ties[lo:hi], ones,
+                                compare=torch.eq)
+                    item_threshold.index_copy_(0, best_order[lo:hi], best_score_in_order[lo:hi])
             valid = scores[:n_rows, :n_cols]
             count_above(valid, text_threshold, work[:n_rows, :n_cols], 0,
                         worker.ahead_of_texts[text_start:text_start + n_cols], ones)
-            count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
-                        worker.ahead_of_items[item_start:item_start + n_rows], ones)
+            if best:
+                count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
+                            worker.ahead_of_items[item_start:item_start + n_rows], ones)
+            else:
+                slots.count(row_tile, valid, item_start, worker.pair_threshold, worker.pair_counts,
+                            work[:n_rows, :n_cols], ones)
 
-    workers = _workers(matrix, n_col_tiles * n_row_tiles, ahead_of_items, ahead_of_texts)
+    workers = _workers(matrix, n_col_tiles * n_row_tiles, ahead_of_items, ahead_of_texts, slots)
     # each column in parts of about equal work, so that the workers finish together
     parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
     tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
@@ -201,9 +237,16 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
     for worker in workers:
         ahead_of_items += worker.ahead_of_items
         ahead_of_texts += worker.ahead_of_texts
-    seen_by_text, ties_by_item = torch.empty_like(seen), torch.empty_like(best_ties)
-    seen_by_text[pair_order], ties_by_item[best_order] = seen, best_ties
-    return ahead_of_items, ahead_of_texts, ties_by_item, seen_by_text
+    seen_by_text = torch.empty_like(seen)
+    seen_by_text[pair_order] = seen
+    ties_by_item = torch.empty_like(best_ties)
+    if best:
+        ties_by_item[best_order] = best_ties
+        return ahead_of_items, ahead_of_texts, ties_by_item, seen_by_text, None, None
+    ties_by_text = torch.empty_like(pair_ties)
+    ties_by_text[pair_order] = pair_ties
+    return (ahead_of_items, ahead_of_texts, ties_by_item.zero_(), seen_by_text,
+            [worker.pair_counts for worker in workers], ties_by_text)
 
 
 def _edges(key: torch.Tensor, count: int) -> list[int]:

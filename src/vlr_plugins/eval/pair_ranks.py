@@ -15,10 +15,17 @@ Two ways, both exact and bounded in memory:
   from the diagonal tiles, so the tie rule holds as it does for the best positive
   (``>`` after the item's texts, ``>=`` before them); an exact tie inside the diagonal
   tile sends the item to the row-wise way.
-- :func:`row_pair_ranks`: queries against the whole gallery, a chunk at a time, for texts
-  in any other order, for those items, and for re-ranking (a positive among the re-ranked
-  candidates takes its place in their new order; one outside keeps its first-stage rank,
-  which is at least ``rerank_k``).
+- :class:`PairSlots`, inside the pass of :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`
+  (texts in any other order): the same count per score and per slot, the slots of an item
+  being its texts in index order. Tiles are visited in text order, so each slot compares
+  with ``>=`` in the columns of tiles before its text's and with ``>`` from it on (exactly
+  the tie rule: only a text in the positive's own tile can be a tie at a lower index); an
+  exact tie inside the positive's own tile (its row there compared with its score: one
+  tile row per positive pair) sends the item to the row-wise way, as does an item with
+  too many texts to count in every tile (more than :func:`slot_cap`).
+- :func:`row_pair_ranks`: queries against the whole gallery, a chunk at a time, for those
+  items and for re-ranking (a positive among the re-ranked candidates takes its place in
+  their new order; one outside keeps its first-stage rank, which is at least ``rerank_k``).
 """
 
 from __future__ import annotations
@@ -40,9 +47,12 @@ from vlr_plugins.eval.row_ranks import (
     rows_per_chunk,
 )
 
-__all__ = ["PairCounts", "row_pair_ranks"]
+__all__ = ["PairCounts", "PairSlots", "least_per_item", "row_pair_ranks", "slot_cap"]
 
 _INF = float("inf")
+#: an item may have this many texts, or twice the mean, and still be counted in the tiles
+#: (:class:`PairSlots`); one with more is ranked row-wise
+MIN_SLOT_CAP = 8
 
 
 class PairCounts:
@@ -112,6 +122,123 @@ class PairCounts:
             with exact_matmuls():
                 row_pair_ranks(self.matrix, self.redo.nonzero().flatten(), out, keys=self.keys)
         return out
+
+
+def slot_cap(n_items: int, n_texts: int) -> int:
+    """The most texts an item may have to be counted by :class:`PairSlots`: every tile of its
+    row tile compares each score once per slot, and the bookkeeping is per slot and item, so
+    an item far above the mean is ranked row-wise instead (:data:`MIN_SLOT_CAP` or twice the
+    mean number of texts per item, whichever is more)."""
+    return max(MIN_SLOT_CAP, 2 * -(-n_texts // max(1, n_items)))
+
+
+class PairSlots:
+    """Texts ahead of every positive pair, counted tile by tile in the pass of
+    :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`, whatever the order of the texts.
+
+    Item i's texts in index order are its slots 0, 1, ...: ``threshold[s, i]`` is its
+    ``s``-th text's positive score (from the first pass; +inf past its last text, which no
+    score exceeds), ``down`` the next float below (``>=`` as ``>``), ``col[s, i]`` the column
+    of tiles holding that text (0 past the last). A column of tiles ``c`` compares slot s of
+    item i with ``>`` when ``col[s, i] <= c``, else with ``>=`` (:meth:`thresholds`): every
+    text of an earlier column has a lower index, every text of a later one a higher. In the
+    positive's own tile the comparison is ``>``, so a text there with exactly the positive's
+    score (before or after it) marks the item (:meth:`own_tile_ties`), and the marked items,
+    with those holding more than :func:`slot_cap` texts, are ranked row-wise
+    (:meth:`ranks`). Bookkeeping: ``(4 + 2 workers) x slots x 4`` bytes per item (8 where
+    counts need float64) and 8 per text.
+    """
+
+    def __init__(self, matrix: ScoreMatrix, positive_score: torch.Tensor) -> None:
+        self.matrix = matrix
+        owner, device = matrix.owner, matrix.device
+        per_item = matrix.first_text[1:] - matrix.first_text[:-1]
+        self.row_wise = per_item > slot_cap(matrix.n_items, matrix.n_texts)
+        per_item = per_item.masked_fill(self.row_wise, 0)
+        # text texts_by_owner[k] is slot k - first_text[its owner] of its owner
+        by_owner = matrix.texts_by_owner
+        self.slot = torch.empty(matrix.n_texts, dtype=torch.long, device=device)
+        self.slot[by_owner] = matrix.arange(matrix.n_texts) - matrix.first_text[owner[by_owner]]
+        self.slots = int(per_item.max()) if matrix.n_items else 0
+        # the slots each row tile's items use: its tiles compare that many times per score
+        tile_items = matrix.tile_items
+        padded = torch.zeros(-(-matrix.n_items // tile_items) * tile_items, dtype=per_item.dtype, device=device)
+        padded[:matrix.n_items] = per_item
+        self.row_tile_slots = padded.view(-1, tile_items).amax(1).tolist()
+        counted = ~self.row_wise[owner]
+        slot, item = self.slot[counted], owner[counted]
+        shape = (self.slots, matrix.n_items)
+        self.threshold = torch.full(shape, _INF, device=device)
+        self.threshold[slot, item] = positive_score[counted]
+        self.down = torch.nextafter(self.threshold, torch.tensor(-_INF, device=device))
+        self.col = torch.zeros(shape, dtype=torch.int32, device=device)
+        self.col[slot, item] = (matrix.arange(matrix.n_texts)[counted] // matrix.tile_texts).int()
+        self.dtype = count_accumulators(matrix.n_items, matrix.n_texts, device)[0].dtype
+
+    def worker_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A worker's own (slots, N) thresholds of the column it visits and its zeroed counts."""
+        return (torch.empty_like(self.threshold),
+                torch.zeros(self.threshold.shape, dtype=self.dtype, device=self.matrix.device))
+
+    def thresholds(self, col_tile: int, items: slice, out: torch.Tensor) -> None:
+        """``out[:, items]``: the thresholds of column of tiles ``col_tile`` for ``items``
+        (``>`` from a slot's own column on, ``>=`` before it)."""
+        torch.where(self.col[:, items] <= col_tile, self.threshold[:, items], self.down[:, items],
+                    out=out[:, items])
+
+    def count(self, row_tile: int, scores: torch.Tensor, item_start: int, thresholds: torch.Tensor,
+              counts: torch.Tensor, work: torch.Tensor, ones: torch.Tensor) -> None:
+        """Adds tile ``scores`` (its valid rows x columns; items from ``item_start``) to ``counts``."""
+        k = self.row_tile_slots[row_tile]
+        rows = slice(item_start, item_start + scores.shape[0])
+        # one view per slot from one call each (the per-op cost is a fair part of a small tile's);
+        # count_above's comparison and sum, written out for the float32 counts
+        thresholds_k, counts_k = thresholds[:k, rows, None].unbind(0), counts[:k, rows].unbind(0)
+        if self.dtype != work.dtype:
+            for threshold, count in zip(thresholds_k, counts_k):
+                count_above(scores, threshold, work, 1, count, ones)
+            return
+        ones = ones[:scores.shape[1]]
+        for threshold, count in zip(thresholds_k, counts_k):
+            torch.gt(scores, threshold, out=work)
+            count.addmv_(work, ones)
+
+    @staticmethod
+    def own_tile_ties(scores: torch.Tensor, n_cols: int, rows: torch.Tensor, positive: torch.Tensor,
+                      ties: torch.Tensor, work: torch.Tensor, ones: torch.Tensor) -> None:
+        """``ties`` (P,) += the texts of the tile ``scores`` (its first ``n_cols`` columns valid)
+        scoring exactly ``positive`` (P,) in row ``rows`` (P,): the positive pairs of the tile;
+        1 where only the positive itself does. ``work``: the tile's work buffer."""
+        per = work.shape[0]
+        for a in range(0, len(rows), per):
+            b = min(a + per, len(rows))
+            picked = work[:b - a]  # compared in place: no buffer beyond the tile's two
+            torch.index_select(scores, 0, rows[a:b], out=picked)
+            valid = picked[:, :n_cols]
+            count_above(valid, positive[a:b, None], valid, 1, ties[a:b], ones, compare=torch.eq)
+
+    def ranks(self, worker_counts: Sequence[torch.Tensor], redo: torch.Tensor) -> torch.Tensor:
+        """(M,) every text's rank in its owner's row once every tile is counted; the items
+        ``redo`` (N,) marks (a tie in a positive's own tile, a positive scored differently by
+        the two passes) and those with too many texts are ranked row-wise."""
+        total = torch.zeros(self.threshold.shape, dtype=self.dtype, device=self.matrix.device)
+        for counts in worker_counts:
+            total += counts
+        out = torch.zeros(self.matrix.n_texts, dtype=torch.long, device=self.matrix.device)
+        redo = redo | self.row_wise
+        counted = ~redo[self.matrix.owner]
+        out[counted] = total[self.slot[counted], self.matrix.owner[counted]].long()
+        if bool(redo.any()):
+            with exact_matmuls():
+                row_pair_ranks(self.matrix, redo.nonzero().flatten(), out)
+        return out
+
+
+def least_per_item(pair_ranks: torch.Tensor, owner: torch.Tensor, n_items: int) -> torch.Tensor:
+    """(N,) the least of each item's texts' ranks ``pair_ranks`` (M,): its best text's rank (a
+    text scoring as the best at a higher index ranks after it)."""
+    least = torch.full((n_items,), pair_ranks.numel(), dtype=torch.long, device=pair_ranks.device)
+    return least.scatter_reduce_(0, owner, pair_ranks, "amin")
 
 
 def row_pair_ranks(matrix: ScoreMatrix, items: torch.Tensor, out: torch.Tensor,

@@ -26,7 +26,7 @@ from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
 from vlr_plugins.eval.best_rank_metrics import rank_metrics as _rank_metrics
 from vlr_plugins.eval.graded_metrics import graded_rank_metrics
 from vlr_plugins.eval.metric_names import GRADED, parse_rank_metric
-from vlr_plugins.eval.pair_ranks import row_pair_ranks
+from vlr_plugins.eval.pair_ranks import least_per_item, row_pair_ranks
 from vlr_plugins.eval.reduced_precision import bracketed_ranks
 from vlr_plugins.eval.renorm import Renorm, renorm_keys
 from vlr_plugins.eval.row_ranks import row_ranks
@@ -100,9 +100,11 @@ def retrieval_recall(
     directions (``i2t_mdr``, ``t2i_mrr@10``, ...; :mod:`vlr_plugins.eval.best_rank_metrics`),
     read from the same exact ranks, and ``map@k`` / ``ndcg@k`` graded over every positive
     (:mod:`vlr_plugins.eval.graded_metrics`): image-to-text then ranks every text in its
-    item's row (:mod:`vlr_plugins.eval.pair_ranks`): in the grouped pass one more comparison
-    per score and per text of an item (the most an item of the tile has), else one more
-    row-wise pass over the matrix; ``return_ranks`` then adds ``i2t_pair_ranks`` (M,). In
+    item's row (:mod:`vlr_plugins.eval.pair_ranks`): in the same tiled pass, whatever the order
+    of the texts, one more comparison per score and per text of an item (the most an item of
+    the row tile has; an item with far more texts than the mean is ranked row-wise); with
+    ``renorm`` and texts not grouped, or ``rerank``, one more row-wise pass over the matrix;
+    ``return_ranks`` then adds ``i2t_pair_ranks`` (M,). In
     ``"fp16"`` / ``"bf16"`` only ranks below ``max(ks)`` are exact, so MdR, MnR and MRR@k with
     k > max(ks), and mAP@k / nDCG@k (every positive's rank), are refused there.
 
@@ -169,7 +171,7 @@ def retrieval_recall(
         if graded:  # the best text's rank is the least of its item's texts' ranks
             pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
                                    device=device), rerank, rerank_k, rerank_batch)
-            i2t = _least_per_item(pairs, matrix.owner, n)
+            i2t = least_per_item(pairs, matrix.owner, n)
         else:
             i2t = row_ranks(matrix, "i2t", matrix.arange(n), rerank, rerank_k, rerank_batch)
         t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), rerank, rerank_k, rerank_batch)
@@ -181,15 +183,13 @@ def retrieval_recall(
             if graded:
                 pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
                                        device=device), keys=keys)
-                i2t = _least_per_item(pairs, matrix.owner, n)
+                i2t = least_per_item(pairs, matrix.owner, n)
             else:
                 i2t = row_ranks(matrix, "i2t", matrix.arange(n), keys=keys)
             t2i = row_ranks(matrix, "t2i", matrix.arange(matrix.n_texts), keys=keys)
         else:
-            i2t, t2i = exact_ranks(matrix)
-            if graded:
-                pairs = row_pair_ranks(matrix, matrix.arange(n), torch.empty(matrix.n_texts, dtype=torch.long,
-                                       device=device))
+            i2t, t2i, *found = exact_ranks(matrix, pair_ranks=graded)
+            pairs = found[0] if graded else None
     else:
         i2t, t2i = bracketed_ranks(matrix, _PRECISIONS[precision], max(ks))
     best_names = [m for m in rank_metrics if parse_rank_metric(m)[0] not in GRADED]
@@ -215,12 +215,6 @@ def retrieval_recall(
         if pairs is not None:
             out["i2t_pair_ranks"] = pairs.cpu()
     return out
-
-
-def _least_per_item(pair_ranks: torch.Tensor, owner: torch.Tensor, n_items: int) -> torch.Tensor:
-    """(N,) the least of each item's texts' ranks ``pair_ranks`` (M,)."""
-    least = torch.full((n_items,), pair_ranks.numel(), dtype=torch.long, device=pair_ranks.device)
-    return least.scatter_reduce_(0, owner, pair_ranks, "amin")
 
 
 from vlr_plugins.registry import METRICS
