@@ -90,14 +90,19 @@ def renorm(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
         "dsl rank pass": lambda: grouped_ranks(matrix, three, keys=keys),
     }
     times = _rounds(methods, rounds, blas)
+    return _records(times, methods, blas, "plain", f"{n}x{m}", factored_keys=keys.shift is not None)
+
+
+def _records(times: dict[str, list[float]], methods: dict, blas: list[str], base: str, size: str,
+             **extra) -> list[dict]:
+    """One record per (BLAS, method): best and median CPU seconds and the best over ``base``'s."""
     records = []
     for choice in blas:
-        base = min(times[f"{choice}:plain"])
+        fastest = min(times[f"{choice}:{base}"])
         for name in methods:
             t = times[f"{choice}:{name}"]
-            records.append({"size": f"{n}x{m}", "blas": choice, "method": name, "best_s": min(t),
-                            "median_s": sorted(t)[len(t) // 2], "over_plain": min(t) / base,
-                            "factored_keys": keys.shift is not None})
+            records.append({"size": size, "blas": choice, "method": name, "best_s": min(t),
+                            "median_s": sorted(t)[len(t) // 2], "over_plain": min(t) / fastest, **extra})
     return records
 
 
@@ -137,13 +142,9 @@ def graded(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
         near += abs(int(rows[j]) - int(tiled["i2t_pair_ranks"][j])) <= close
     row_metrics = graded_rank_metrics(rows, owner, n, rr.GRADED_METRICS)
     same_metrics = all(row_metrics[k] == tiled[f"i2t_{k}"] for k in rr.GRADED_METRICS)
-    records = []
+    records = _records(times, methods, blas, "recall only", f"{n}x{m}")
     for choice in blas:
         base = min(times[f"{choice}:recall only"])
-        for name in methods:
-            t = times[f"{choice}:{name}"]
-            records.append({"size": f"{n}x{m}", "blas": choice, "method": name, "best_s": min(t),
-                            "median_s": sorted(t)[len(t) // 2], "over_plain": min(t) / base})
         records.append({"size": f"{n}x{m}", "blas": choice, "method": "row_pair_ranks alone (once)",
                         "best_s": row_seconds, "median_s": row_seconds, "over_plain": row_seconds / base,
                         "pair_ranks_equal_to_tiled": same, "pairs_differing": len(differ),
