@@ -36,6 +36,7 @@ import platform
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -255,12 +256,20 @@ def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> t
 @contextlib.contextmanager
 def blas_threads(threads: int) -> Iterator[None]:
     """numpy's BLAS (and torch's intra-op threads) limited to ``threads`` inside; restored on exit."""
-    from threadpoolctl import threadpool_limits
-
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with threadpool_limits(limits=threads, user_api="blas"):
+        with _threadpools().limit(limits=threads, user_api="blas"):
             yield
     finally:
         torch.set_num_threads(before)
+
+
+@functools.cache
+def _threadpools() -> Any:
+    """threadpoolctl's view of the BLAS libraries loaded when first asked (numpy's is loaded with
+    this module), found once: finding them reads the process's memory map, ~1.5 ms, which each
+    matrix-vector tile product would otherwise pay."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
