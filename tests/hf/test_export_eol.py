@@ -124,6 +124,15 @@ def test_a_lora_adapter_names_its_base_and_loads_over_it(base_folder, tmp_path):
                                        subfolder=ADAPTER_FOLDER).merge_and_unload()
     again = EOLEmbedder(model=merged, processor=model.embedder.processor).encode_text(TEXTS)
     torch.testing.assert_close(again, expected, atol=1e-5, rtol=0)
+    # the export as a subfolder of a repository (a Hub repo of several exports): the adapter is
+    # found inside the caller's subfolder, which peft is given once
+    import shutil
+
+    from vlr_plugins.hf.modeling_vlr_eol import VlrEOLEmbeddingModel
+
+    shutil.copytree(out, tmp_path / "repo" / "care-lora")
+    nested = VlrEOLEmbeddingModel.from_pretrained(tmp_path / "repo", subfolder="care-lora")
+    torch.testing.assert_close(nested.encode_text(TEXTS).float(), expected, atol=1e-5, rtol=0)
 
 
 def test_sentence_transformers_encodes_as_the_embedder(embedder, tmp_path):

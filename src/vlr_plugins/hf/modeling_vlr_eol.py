@@ -135,7 +135,11 @@ class VlrEOLEmbeddingModel(nn.Module):
             except ImportError:
                 raise ImportError(f"{path} holds a LoRA adapter over {base}: loading it needs `pip install peft`") \
                     from None
-            model = PeftModel.from_pretrained(model, path, subfolder=adapter, **hub)
+            # the adapter's folder sits inside the caller's subfolder, if one was given (AutoModel may
+            # pass its own, possibly empty, subfolder on)
+            inner = "/".join(p for p in (hub.get("subfolder"), adapter) if p)
+            peft_hub = {k: v for k, v in hub.items() if k != "subfolder"}
+            model = PeftModel.from_pretrained(model, path, subfolder=inner, **peft_hub)
             if merge_adapter:
                 model = model.merge_and_unload()
         else:
