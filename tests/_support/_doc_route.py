@@ -29,13 +29,15 @@ def route_blocks(doc: Path, tag: str) -> tuple[dict[str, str], str]:
 def user_bin(tmp: Path) -> Path:
     """``vlr``, ``python`` and ``transformers`` as a user's environment has them, running this
     interpreter: ``vlr`` and ``transformers`` are console scripts (their own folder first on
-    ``sys.path``, not the current one)."""
+    ``sys.path``, not the current one), written as pip writes them: ``main()`` under a
+    ``__main__`` guard, since a process started by ``multiprocessing``'s spawn (``transformers
+    serve``'s engine, from transformers 5.25) runs the script again as its main module."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     scripts = {"vlr": "vlr_plugins.cli", "transformers": "transformers.cli.transformers"}
     for name, module in scripts.items():
         (bin_dir / name).write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import main\n"
-                                    "sys.exit(main())\n")
+                                    "if __name__ == '__main__':\n    sys.exit(main())\n")
     python = bin_dir / "python"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     for name in (*scripts, "python"):
