@@ -76,3 +76,29 @@ def test_a_layer_class_that_is_not_one_is_refused_naming_the_field(names, where)
     with pytest.raises(ConfigError, match="strategy.model_wrapper.auto_wrap_policy.transformer_layer_cls") as e:
         layer_classes(nn.Sequential(DecoderLayer()), names)
     assert where in str(e.value)
+
+
+def test_runners_import_without_deepspeed_which_a_deepspeed_strategy_then_gets():
+    """In a fresh interpreter (this one has imported MMEngine's strategies already): the
+    runners import without loading deepspeed, and deepspeed still imports afterwards; building
+    DeepSpeedFixes' strategy hands it to MMEngine's strategy module."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed")
+    child = (
+        "import sys\n"
+        "from vlr_plugins.integrations.mmengine.strategies import _hand_deepspeed_to_mmengine, import_runners\n"
+        "import_runners()\n"
+        "import mmengine._strategy.deepspeed as m\n"
+        "print('REPORT', 'loaded' if 'deepspeed' in sys.modules else 'held back', m.deepspeed)\n"
+        "_hand_deepspeed_to_mmengine()\n"
+        "import deepspeed\n"
+        "print('REPORT', m.deepspeed is deepspeed, hasattr(deepspeed, 'initialize'))\n")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    # (deepspeed prints its accelerator's choice to stdout)
+    assert [x for x in out.stdout.splitlines() if x.startswith("REPORT ")] == [
+        "REPORT held back None", "REPORT True True"]

@@ -115,6 +115,9 @@ def build_runner(cfg: Any, *, verbose: bool = False, progress: bool = True) -> A
     (:func:`~vlr_plugins.integrations.mmengine.run_timestamp.claim_timestamp`), and formats
     its config once (:class:`~vlr_plugins.integrations.mmengine.config_text.FormattedOnceConfig`).
     """
+    from vlr_plugins.integrations.mmengine.strategies import import_runners
+
+    import_runners()  # without deepspeed, unless a DeepSpeed strategy is built
     from mmengine.runner import FlexibleRunner, Runner
 
     from vlr_plugins.integrations.mmengine.config_text import FormattedOnceConfig
