@@ -1,8 +1,8 @@
 """Which of FlexibleRunner's strategies ``vlr train`` gives its fixes, and under which name.
 
-The fixes themselves run in tests/integrations/mmengine/test_care_cpu_distributed.py (FSDP
-and DeepSpeed on two CPU processes, killed and resumed); FlexibleRunner's one-device path in
-test_mllm_training.py.
+The fixes themselves run in tests/integrations/mmengine/test_care_cpu_distributed.py and
+test_care_cpu_sharded.py (FSDP and DeepSpeed on two CPU processes, killed and resumed);
+FlexibleRunner's one-device path in test_mllm_training.py.
 """
 
 from __future__ import annotations
