@@ -9,11 +9,13 @@
 #   3. runs benchmarks/retrieval_recall.py on CUDA at COCO-5K, 10K x 50K (with the peer,
 #      CLIP_benchmark's recall_at_k) and COCO-train2017 size, benchmarks/train_step.py
 #      (C5's step, text-only against frozen ViT, BLIP-base shapes), benchmarks/mllm_embed.py
-#      (EOL embedding, bf16, small and base configs) and benchmarks/scaling.py --device cuda
-#      (issue 25: `vlr precompute --device cuda` against its tower's forward rate, images and videos),
+#      (EOL embedding, bf16, small and base configs), benchmarks/scaling.py --device cuda
+#      (issue 25: `vlr precompute --device cuda` against its tower's forward rate, images and videos)
+#      and benchmarks/caption_batch.py (issue 27: `vlr caption`'s batches against one clip at a time),
 #   4. writes OUTDIR/summary.json and OUTDIR/summary.md (benchmarks/gpu_summary.py), beside
-#      gpu_check.log (everything printed), retrieval_recall.json, train_step.json, mllm_embed.json
-#      and scaling.json: seven files, whatever the number of tests (the device tool brings back at most 8).
+#      gpu_check.log (everything printed), retrieval_recall.json, train_step.json, mllm_embed.json,
+#      scaling.json and caption_batch.json: eight files, whatever the number of tests (the device tool
+#      brings back at most 8).
 # Under 10 minutes on one H200, installs included (each step has a time cap; together 9.5 min).
 #   bash benchmarks/gpu_check.sh OUTDIR              # exit 0 only if everything ran and passed
 #   bash benchmarks/gpu_check.sh --dry-run [OUTDIR]  # any machine: what would run, nothing run
@@ -28,18 +30,20 @@ SITE=${VLR_SITE:-/tmp/vlr-gpu-site}
 SITE_LAVIS=${VLR_SITE_LAVIS:-/tmp/vlr-gpu-site-lavis}
 STUBS=$ROOT/benchmarks/gpu_stubs
 # caps in seconds: together 550 s, with the installs (~15 s) under 10 minutes
-T_MAIN=${VLR_GPU_T_MAIN:-225}
+T_MAIN=${VLR_GPU_T_MAIN:-205}
 T_LAVIS=${VLR_GPU_T_LAVIS:-90}
 T_BENCH=${VLR_GPU_T_BENCH:-80}
 T_TRAIN=${VLR_GPU_T_TRAIN:-40}
 T_EMBED=${VLR_GPU_T_EMBED:-45}
 T_SCALING=${VLR_GPU_T_SCALING:-70}
+T_CAPTION=${VLR_GPU_T_CAPTION:-20}
 T_TEST=120  # pytest-timeout, per test of the main process
 MAIN_PATH=$ROOT/src:$SITE
 LAVIS_PATH=$ROOT/src:$SITE_LAVIS:$STUBS:$SITE  # LAVIS' transformers 4.x and timm 0.4.12 first
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 EMBED_ARGS="--device cuda --dtype bfloat16 --configs small base"
 SCALING_ARGS="--parts pipeline --device cuda --rounds 1"
+CAPTION_ARGS="--device cuda --dtype bfloat16 --configs small base --n 8 --repeat 1"
 
 DRY=0
 if [ "${1:-}" = "--dry-run" ]; then
@@ -102,6 +106,7 @@ if [ "$DRY" = 1 ]; then
   echo "   then, cap ${T_TRAIN}s: $PY benchmarks/train_step.py --device cuda --rounds 1 --steps 10 --json ${OUTDIR:-OUTDIR}/train_step.json"
   echo "   then, cap ${T_EMBED}s: $PY benchmarks/mllm_embed.py $EMBED_ARGS --json ${OUTDIR:-OUTDIR}/mllm_embed.json"
   echo "   then, cap ${T_SCALING}s: $PY benchmarks/scaling.py $SCALING_ARGS --json ${OUTDIR:-OUTDIR}/scaling.json"
+  echo "   then, cap ${T_CAPTION}s: $PY benchmarks/caption_batch.py $CAPTION_ARGS --json ${OUTDIR:-OUTDIR}/caption_batch.json"
   echo "5. summary: ${OUTDIR:-OUTDIR}/summary.json and summary.md (benchmarks/gpu_summary.py)"
   [ "$rc" = 0 ] || echo "gpu_check --dry-run: collection FAILED (above)" >&2
   exit "$rc"
@@ -110,7 +115,7 @@ fi
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
 LOG=$OUTDIR/gpu_check.log
-rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/mllm_embed.json "$OUTDIR"/scaling.json \
+rm -f "$OUTDIR"/retrieval_recall.json "$OUTDIR"/train_step.json "$OUTDIR"/mllm_embed.json "$OUTDIR"/scaling.json "$OUTDIR"/caption_batch.json \
   "$OUTDIR"/summary.json "$OUTDIR"/summary.md
 : > "$LOG"
 STEPS=$(mktemp)
@@ -252,6 +257,9 @@ bench benchmark-mllm_embed "$T_EMBED" "EOL embedding: 1-by-1 / old chunks / leng
 # shellcheck disable=SC2086  # SCALING_ARGS is a list of words
 bench benchmark-scaling "$T_SCALING" "vlr precompute --device cuda vs its tower's forward, pre-decoded (ViT-B, 12 workers)" \
   "$PY" benchmarks/scaling.py $SCALING_ARGS --json "$OUTDIR/scaling.json"
+# shellcheck disable=SC2086  # CAPTION_ARGS is a list of words
+bench benchmark-caption_batch "$T_CAPTION" "vlr caption's generation: 1-by-1 / chunks / length-sorted batches, bf16, small and base" \
+  "$PY" benchmarks/caption_batch.py $CAPTION_ARGS --json "$OUTDIR/caption_batch.json"
 
 # ---------------------------------------------------------------- summary
 summary

@@ -4,7 +4,7 @@
         [--site main=DIR --site lavis=DIR]
 
 Reads the pytest JUnit files in ``--junit``, the benchmarks' ``OUTDIR/retrieval_recall.json``
-(and ``train_step.json``, ``mllm_embed.json``, ``scaling.json`` where present)
+(and ``train_step.json``, ``mllm_embed.json``, ``scaling.json``, ``caption_batch.json`` where present)
 and ``STEPS.jsonl`` (one ``{"step", "status", "rc", "seconds", "note"}``
 per step, written by the shell script), adds the machine (GPU, driver, torch, CUDA, Python)
 and the versions of the packages carried in each ``--site``, prints the Markdown, and exits
@@ -143,6 +143,15 @@ def markdown(s: dict) -> str:
                   f"{r[name]['old_per_s']:.1f} | {r[name]['sorted_per_s']:.1f} | {r[name]['sorted_ratio']:.2f} | "
                   f"{r[name]['sorted_vs_old']:.2f} |"
                   for r in embed["results"] for name in r if isinstance(r[name], dict) and "sorted_per_s" in r[name]]
+    caption = s.get("caption_batch") or {}
+    if caption.get("results"):
+        lines += ["", "## vlr caption's generation batches (benchmarks/caption_batch.py): clips/s", "",
+                  "| config | dtype | set | new tokens | 1-by-1 | chunks | sorted | sorted / 1-by-1 "
+                  "| captions as 1-by-1 |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['dtype']} | {name} | {r['new_tokens']} | {r[name]['1-by-1_per_s']:.2f} | "
+                  f"{r[name]['chunks_per_s']:.2f} | {r[name]['sorted_per_s']:.2f} | {r[name]['sorted_ratio']:.2f} | "
+                  f"{'yes' if r[name]['equal'] else 'NO'} |"
+                  for r in caption["results"] for name in r if isinstance(r[name], dict) and "sorted_per_s" in r[name]]
     scaling = s.get("scaling") or {}
     if scaling.get("pipeline") or scaling.get("not_run"):
         workers = scaling.get("workers")
@@ -181,6 +190,8 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
     train = json.loads(train_path.read_text()) if train_path.is_file() else None
     embed_path = outdir / "mllm_embed.json"
     embed = json.loads(embed_path.read_text()) if embed_path.is_file() else None
+    caption_path = outdir / "caption_batch.json"
+    caption = json.loads(caption_path.read_text()) if caption_path.is_file() else None
     scaling_path = outdir / "scaling.json"
     scaling = json.loads(scaling_path.read_text()) if scaling_path.is_file() else None
     problems = [f"step {st['step']}: {st['status']}" + (f" ({st['note']})" if st.get("note") else "")
@@ -209,6 +220,7 @@ def summarize(outdir: Path, junit: Path | None, steps: list[dict], started: floa
         "benchmark": bench,
         "train_step": train,
         "mllm_embed": embed,
+        "caption_batch": caption,
         "scaling": scaling,
         "recall_checks": checks,
         "carried": {name: carried(path) for name, path in sites.items()},

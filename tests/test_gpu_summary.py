@@ -83,6 +83,31 @@ def test_the_eol_embedding_benchmark_gets_its_table(tmp_path):
     assert f"| tiny | float32 | text | {row['text']['1-by-1_per_s']:.1f} |" in text
 
 
+def test_the_caption_batch_benchmark_gets_its_table(tmp_path):
+    """``benchmarks/caption_batch.py --json`` (here: the tiny config on the CPU, two clips of
+    mixed lengths, 4 new tokens) becomes a table of the summary's Markdown, saying whether the
+    batched captions were the one-by-one captions (greedy decoding: they must be)."""
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "caption_batch.py"), "--configs", "tiny",
+                          "--sets", "video-mixed", "--n", "3", "--batch", "2", "--new-tokens", "4", "--repeat", "1",
+                          "--threads", "1", "--json", str(out / "caption_batch.json")],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = _summary_module()
+    (row,) = json.loads((out / "caption_batch.json").read_text())["results"]
+    assert row["video-mixed"]["equal"] is True
+    assert row["video-mixed"]["tokens"][0] < row["video-mixed"]["tokens"][1]  # prompts of several lengths
+    text = summary.markdown(summary.summarize(out, None, [], 0.0, {}))
+    assert "## vlr caption's generation batches (benchmarks/caption_batch.py): clips/s" in text
+    assert (f"| tiny | float32 | video-mixed | 4 | {row['video-mixed']['1-by-1_per_s']:.2f} | "
+            f"{row['video-mixed']['chunks_per_s']:.2f} |") in text
+    assert text.count("| yes |") == 1
+
+
 def test_the_precompute_scaling_benchmark_gets_its_table(tmp_path):
     """``benchmarks/scaling.py --parts pipeline --json`` (here: the quick images on the CPU, the
     code the GPU check runs with ``--device cuda``) becomes a row of the summary's Markdown; a
