@@ -3,6 +3,7 @@ between runs: never compare numbers from two without it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -27,3 +28,22 @@ def describe() -> str:
     """One line: ``CPU: AMD EPYC (2 cores, L2 2 MiB (2 instances), avx2)``."""
     d = cpu_description()
     return f"CPU: {d['cpu']} ({d['cores']} cores, L2 {d['l2']}, {d['simd']})"
+
+
+def start_record(torch) -> dict:
+    """The record a torch benchmark starts with (machine, torch threads, load average), printed as
+    one line; :func:`end_record` completes it."""
+    record = {"machine": describe(), "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()}
+    print(f"{record['machine']}; torch {torch.__version__}, {record['torch_threads']} threads; "
+          f"load average {' '.join(f'{x:.1f}' for x in record['load_before'])}")
+    return record
+
+
+def end_record(record: dict, results: list, path: str | None) -> None:
+    """The load average after, printed and recorded; the record and ``results`` written as JSON to
+    ``path`` when given."""
+    record["load_after"] = os.getloadavg()
+    print(f"load average after: {' '.join(f'{x:.1f}' for x in record['load_after'])}")
+    if path:
+        with open(path, "w") as f:
+            json.dump({**record, "results": results}, f, indent=1)

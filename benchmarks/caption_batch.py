@@ -30,7 +30,6 @@ Configs as benchmarks/mllm_embed.py: ``tiny`` (hidden 32, 2 layers), ``small`` (
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -99,7 +98,7 @@ def run(name: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    from _machine import describe
+    from _machine import end_record, start_record
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", nargs="+", default=["tiny", "small"], choices=sorted(CONFIGS))
@@ -116,9 +115,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-    machine = {"machine": describe(), "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()}
-    print(f"{machine['machine']}; torch {torch.__version__}, {machine['torch_threads']} threads; "
-          f"load average {' '.join(f'{x:.1f}' for x in machine['load_before'])}")
+    machine = start_record(torch)
     print(f"{'config':<6} {'set':<11} {'tokens':>8} {'1-by-1/s':>9} {'chunks/s':>9} {'sorted/s':>9} "
           f"{'chunks x':>8} {'sorted x':>8} {'vs chunks':>9} {'equal':>5}")
     results = []
@@ -130,11 +127,7 @@ def main() -> None:
             print(f"{name:<6} {s:<11} {x['tokens'][0]:>3}-{x['tokens'][1]:<4} {x['1-by-1_per_s']:>9.2f} "
                   f"{x['chunks_per_s']:>9.2f} {x['sorted_per_s']:>9.2f} {x['chunks_ratio']:>8.2f} "
                   f"{x['sorted_ratio']:>8.2f} {x['sorted_vs_chunks']:>9.2f} {str(x['equal']):>5}", flush=True)
-    machine["load_after"] = os.getloadavg()
-    print(f"load average after: {' '.join(f'{x:.1f}' for x in machine['load_after'])}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**machine, "results": results}, f, indent=1)
+    end_record(machine, results, args.json)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ after (the ratios on a shared machine depend on its load: docs/benchmarks.md). C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -124,7 +123,7 @@ def run(name: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    from _machine import describe
+    from _machine import end_record, start_record
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", nargs="+", default=["tiny", "small"], choices=sorted(CONFIGS))
@@ -143,10 +142,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-    machine = {"machine": describe(), "torch_threads": torch.get_num_threads(), "load_before": os.getloadavg()}
     print(f"max padding of the sorted batches: {args.max_padding}")
-    print(f"{machine['machine']}; torch {torch.__version__}, {machine['torch_threads']} threads; "
-          f"load average {' '.join(f'{x:.1f}' for x in machine['load_before'])}")
+    machine = start_record(torch)
     print(f"{'config':<6} {'set':<11} {'tokens':>8} {'1-by-1/s':>9} {'old/s':>7} {'sorted/s':>8} "
           f"{'old x':>6} {'sorted x':>8} {'vs old':>6} {'real old':>8} {'real sorted':>11}")
     results = []
@@ -158,11 +155,7 @@ def main() -> None:
             print(f"{name:<6} {s:<11} {x['tokens'][0]:>3}-{x['tokens'][1]:<4} {x['1-by-1_per_s']:>9.1f} "
                   f"{x['old_per_s']:>7.1f} {x['sorted_per_s']:>8.1f} {x['old_ratio']:>6.2f} {x['sorted_ratio']:>8.2f} "
                   f"{x['sorted_vs_old']:>6.2f} {x['real_share_old']:>8.0%} {x['real_share_sorted']:>11.0%}", flush=True)
-    machine["load_after"] = os.getloadavg()
-    print(f"load average after: {' '.join(f'{x:.1f}' for x in machine['load_after'])}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**machine, "results": results}, f, indent=1)
+    end_record(machine, results, args.json)
 
 
 if __name__ == "__main__":

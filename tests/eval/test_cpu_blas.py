@@ -177,3 +177,42 @@ def test_numpy_products_of_two_threads_at_once(monkeypatch):
     assert not errors
     for i in range(2):
         np.testing.assert_allclose(outs[i].numpy(), (a[i].double() @ b[i].double().T).numpy(), rtol=1e-5, atol=1e-5)
+
+
+_LATE_BLAS = r"""
+import importlib, json, sys
+from threadpoolctl import threadpool_info
+from vlr_plugins.eval._cpu_blas import blas_threads
+
+def blas():
+    return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+with blas_threads(1):  # the view of the loaded libraries is taken here
+    pass
+before = blas()
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        continue
+    if set(blas()) - set(before):
+        break
+with blas_threads(1):
+    inside = blas()
+print(json.dumps({"new": sorted(set(inside) - set(before)), "inside": inside, "after": blas(), "before": before}))
+"""
+
+
+def test_a_blas_loaded_after_the_first_limit_is_limited_too():
+    """The view of the loaded BLAS libraries is kept between limits (finding them costs ~1.5 ms):
+    a library that an import loads later (scipy's, faiss') is limited by the next one all the same."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _LATE_BLAS, "faiss", "scipy.linalg", "sklearn"],
+                         capture_output=True, text=True, check=True).stdout
+    seen = json.loads(out)
+    if not seen["new"]:
+        pytest.skip("none of faiss, scipy and scikit-learn is installed with a BLAS of its own")
+    assert all(n == 1 for n in seen["inside"].values()), seen
+    assert {k: v for k, v in seen["after"].items() if k in seen["before"]} == seen["before"], seen

@@ -33,6 +33,7 @@ import functools
 import json
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -265,11 +266,19 @@ def blas_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@functools.cache
-def _threadpools() -> Any:
-    """threadpoolctl's view of the BLAS libraries loaded when first asked (numpy's is loaded with
-    this module), found once: finding them reads the process's memory map, ~1.5 ms, which each
-    matrix-vector tile product would otherwise pay."""
-    from threadpoolctl import ThreadpoolController
+_POOLS: tuple[int, Any] = (-1, None)  # (len(sys.modules) when found, threadpoolctl's controller)
 
-    return ThreadpoolController()
+
+def _threadpools() -> Any:
+    """threadpoolctl's view of the loaded BLAS libraries. Finding them reads the process's memory
+    map (~1.5 ms, which each matrix-vector tile product would otherwise pay), so the view is kept
+    until a module is imported: BLAS libraries arrive with extension modules (numpy's, scipy's,
+    faiss's), and one loaded after the view was taken would otherwise keep its threads."""
+    global _POOLS
+    found, pools = _POOLS
+    if found != len(sys.modules):
+        from threadpoolctl import ThreadpoolController
+
+        pools = ThreadpoolController()
+        _POOLS = (len(sys.modules), pools)  # threadpoolctl's own first import counts too
+    return pools
