@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--size", action="append", help="QxG (default: renorm 10000x50000; mine 4000x50000 "
                                                        "and 4096x118287)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--blas", default="numpy,torch", help="the engine's tile BLAS choices measured")
+    parser.add_argument("--blas", default="numpy,onednn,torch", help="the engine's tile BLAS choices measured")
     parser.add_argument("--json", help="also write the records here")
     args = parser.parse_args()
     from threadpoolctl import threadpool_limits
@@ -204,11 +204,11 @@ def main() -> None:
     default = ["10000x50000"] if args.what in ("renorm", "graded") else ["4000x50000", "4096x118287"]
     sizes = [tuple(int(v) for v in s.split("x")) for s in (args.size or default)]
     blas = args.blas.split(",")
-    from vlr_plugins.eval._cpu_blas import invariant
+    from vlr_plugins.eval._cpu_blas import eligible
 
-    if "numpy" in blas and not invariant():  # the engine never takes it here (eval/_cpu_blas.py)
-        print("numpy's BLAS gives equal rows different scores on this CPU: not measured (the engine takes torch's)")
-        blas = [b for b in blas if b != "numpy"]
+    for name in [b for b in blas if not eligible(b)]:  # the engine never takes it here (eval/_cpu_blas.py)
+        print(f"{name}'s product is not eligible on this CPU (absent, or equal rows get different scores): not measured")
+        blas.remove(name)
     with threadpool_limits(1):
         if args.what in ("renorm", "graded"):
             run = renorm if args.what == "renorm" else graded

@@ -25,9 +25,10 @@ ratios are between the medians over rounds. Methods:
   2-thread products of ``chunk`` and ``floor`` stream the 121 MB item matrix per product.
   Its products run in the BLAS the engine takes on this machine (``vlr_plugins.eval._cpu_blas``:
   torch's or numpy's, whichever it measured faster). The floor of the target is the fastest of
-  ``floor``, ``chunk``, ``chunk_numpy`` and ``floor_workers`` measured in the run ("median /
+  ``floor``, ``chunk``, ``chunk_numpy``, ``chunk_onednn`` and ``floor_workers`` measured in the run ("median /
   fastest multiply").
 * ``chunk_numpy`` -- ``chunk`` in numpy's BLAS (OpenBLAS in numpy's wheels) on its own threads.
+* ``chunk_onednn`` -- ``chunk`` in oneDNN's fp32 product (``torch.ops.mkldnn._linear_pointwise``).
 * ``engine``  -- ``retrieval_recall(items, texts, owner)``, texts grouped by item: both
   directions, exact ranks, every pair scored once (``grouped_ranks``).
 * ``engine_interleaved`` -- the same on the interleaved layout (``exact_ranks``: a first pass
@@ -164,6 +165,18 @@ def run_chunk_numpy(items, texts, owner):
     for a in range(0, len(texts), CHUNK_TEXTS):
         Y = texts[a:a + CHUNK_TEXTS].numpy()
         np.matmul(Y, X.T, out=S[:len(Y)])
+
+
+def run_chunk_onednn(items, texts, owner):
+    """``chunk`` in oneDNN's fp32 product (torch's threads): on some CPUs (AMD EPYC with AVX-512)
+    far faster than torch's MKL. Its result is a new tensor per chunk (as the engine's oneDNN
+    tiles copy theirs out, so does this)."""
+    import torch
+
+    S = torch.empty(min(CHUNK_TEXTS, len(texts)), len(items), device=items.device, dtype=items.dtype)
+    for a in range(0, len(texts), CHUNK_TEXTS):
+        Y = texts[a:a + CHUNK_TEXTS]
+        S[:len(Y)].copy_(torch.ops.mkldnn._linear_pointwise(Y, items, None, "none", [], ""))
 
 
 def run_floor_workers(items, texts, owner):
@@ -478,7 +491,7 @@ def measure(method: str, n: int, m: int, inner: int = 1) -> dict:
     return result
 
 
-ALTERNATED = ("floor", "chunk", "chunk_numpy", "floor_workers", "engine", "engine_interleaved")
+ALTERNATED = ("floor", "chunk", "chunk_numpy", "chunk_onednn", "floor_workers", "engine", "engine_interleaved")
 #: the engine with rank metrics (``--methods chunk,engine,engine_ranks,engine_graded``)
 RANK_METHODS = ("engine_ranks", "engine_graded", "engine_graded_interleaved")
 #: the engine with a re-normalisation (``--methods chunk,engine,engine_dsl,engine_qbnorm``)
@@ -487,7 +500,7 @@ RENORM_METHODS = ("engine_dsl", "engine_qbnorm")
 #: its ratio taken to ``engine_near``: ``--methods chunk,engine_near,engine_dsl_near,engine_qbnorm_near``
 NEAR = "_near"
 #: the bare multiplies: the floor is the fastest of those measured
-BARE_MULTIPLIES = ("floor", "chunk", "chunk_numpy", "floor_workers")
+BARE_MULTIPLIES = ("floor", "chunk", "chunk_numpy", "chunk_onednn", "floor_workers")
 
 
 def cpu_plan(sizes: list[tuple[int, int]], repeat: int | None, quick: bool,

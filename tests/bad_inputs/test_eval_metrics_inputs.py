@@ -86,8 +86,8 @@ def test_the_catalogue_covers_every_metric_option():
 
 
 @pytest.mark.parametrize(("variable", "value", "expected"), [
-    ("VLR_CPU_BLAS", "mkl", "expected one of torch, numpy, auto"),
-    ("VLR_CPU_BLAS", "openblas", "expected one of torch, numpy, auto"),
+    ("VLR_CPU_BLAS", "mkl", "expected one of torch, numpy, onednn, auto"),
+    ("VLR_CPU_BLAS", "openblas", "expected one of torch, numpy, onednn, auto"),
     ("VLR_CPU_TILE_ELEMS", "big", "expected auto, l2 or a number of scores per thread"),
     ("VLR_CPU_TILE_ELEMS", "100", "at least 1024"),
 ])

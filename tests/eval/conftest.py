@@ -1,22 +1,22 @@
 """``cpu_blas``: a test taking it runs once under each BLAS the engine's CPU tile products may
-use (:mod:`vlr_plugins.eval._cpu_blas`), chosen by ``VLR_CPU_BLAS``; numpy's only on a CPU
-where the engine may take it (where its BLAS scores equal embeddings equally wherever they
-sit: :func:`~vlr_plugins.eval._cpu_blas.invariant`), else that run is skipped, saying why."""
+use (:mod:`vlr_plugins.eval._cpu_blas`), chosen by ``VLR_CPU_BLAS``; numpy's and oneDNN's only
+on a CPU where the engine may take them (where they score equal embeddings equally wherever
+they sit: :func:`~vlr_plugins.eval._cpu_blas.eligible`), else that run is skipped, saying why."""
 
 from __future__ import annotations
 
 import pytest
 
 
-@pytest.fixture(params=["torch", "numpy"])
+@pytest.fixture(params=["torch", "numpy", "onednn"])
 def cpu_blas(request, monkeypatch):
-    if request.param == "numpy":
-        from vlr_plugins.eval._cpu_blas import invariant
+    from vlr_plugins.eval._cpu_blas import _available, eligible
 
-        if not invariant():
-            import numpy as np
+    if not eligible(request.param):
+        import numpy as np
 
-            pytest.skip(f"numpy {np.__version__}'s BLAS gives equal rows different scores on this CPU: the engine "
-                        "never takes it here (test_cpu_blas checks that)")
+        what = f"numpy {np.__version__}'s BLAS" if request.param == "numpy" else "oneDNN's fp32 product"
+        why = "gives equal rows different scores on this CPU" if _available(request.param) else "is not in this build"
+        pytest.skip(f"{what} {why}: the engine never takes it here (test_cpu_blas checks that)")
     monkeypatch.setenv("VLR_CPU_BLAS", request.param)
     return request.param

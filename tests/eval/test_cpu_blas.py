@@ -1,7 +1,7 @@
-"""The BLAS of the engine's CPU tile products (:mod:`vlr_plugins.eval._cpu_blas`): torch's or
-numpy's, chosen once per machine by measuring both; the product itself checked against a
-float64 reference, equal inputs scored equally anywhere in a product under both, the choice's
-cache and override, and the BLAS threads limited inside the engine's workers."""
+"""The BLAS of the engine's CPU tile products (:mod:`vlr_plugins.eval._cpu_blas`): torch's,
+numpy's or oneDNN's, chosen once per machine by measuring each; the product itself checked
+against a float64 reference, equal inputs scored equally anywhere in a product under each, the
+choice's cache and override, and the BLAS threads limited inside the engine's workers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from vlr_plugins.eval._cpu_blas import blas_threads, choice, tile_product
 from vlr_plugins.eval._tile_workers import one_thread_per_worker
 
 
-@pytest.mark.parametrize("rows,cols,dim", [(1, 1, 3), (7, 130, 16), (257, 65, 256)])
+# the last shape: 2 x 3 of oneDNN's blocks (_cpu_blas._ONEDNN_BLOCK), with tails
+@pytest.mark.parametrize("rows,cols,dim", [(1, 1, 3), (7, 130, 16), (257, 65, 256), (300, 700, 32)])
 def test_the_product_into_views_of_a_buffer(cpu_blas, rows, cols, dim):
     g = torch.Generator().manual_seed(rows)
     a, b = torch.randn(rows, dim, generator=g), torch.randn(cols + 5, dim, generator=g)
@@ -29,9 +30,10 @@ def test_the_product_into_views_of_a_buffer(cpu_blas, rows, cols, dim):
     assert bool((buffer[:, :2] == 7).all() and (buffer[:, 2 + cols:] == 7).all()), "wrote outside the view"
 
 
+@pytest.mark.parametrize("name", ["numpy", "onednn"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_stays_with_torch(monkeypatch, dtype):
-    monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
+def test_half_precision_stays_with_torch(monkeypatch, dtype, name):
+    monkeypatch.setenv("VLR_CPU_BLAS", name)
     a, b = torch.randn(4, 8).to(dtype), torch.randn(5, 8).to(dtype)
     out = torch.empty(4, 5, dtype=dtype)
     torch.testing.assert_close(tile_product(a, b, out), a @ b.T)
@@ -51,43 +53,62 @@ def test_equal_rows_and_columns_get_equal_scores_anywhere_in_a_product(cpu_blas,
 
 
 def test_the_override_and_a_bad_value(monkeypatch):
-    for name in ("torch", "numpy", "NumPy ") if _cpu_blas.invariant() else ("torch", " Torch"):
+    names = ["torch", " Torch", *(n for n in ("numpy", "NumPy ", "onednn", "oneDNN") if _cpu_blas.eligible(n.strip().lower()))]
+    for name in names:
         monkeypatch.setenv("VLR_CPU_BLAS", name)
         assert choice() == name.strip().lower()
     monkeypatch.setenv("VLR_CPU_BLAS", "mkl")
-    with pytest.raises(ConfigError, match="VLR_CPU_BLAS='mkl': expected one of torch, numpy, auto"):
+    with pytest.raises(ConfigError, match="VLR_CPU_BLAS='mkl': expected one of torch, numpy, onednn, auto"):
         choice()
 
 
-def _numpy_keeps_equal_rows_equal() -> bool:
-    """The property, checked here with numpy's own matmul: duplicated rows and columns at strided
-    positions of products with and without tails, on one thread and two."""
+def _own_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b.T`` in the library's own call: numpy's matmul, oneDNN's fp32 linear op."""
+    if name == "numpy":
+        return torch.from_numpy(np.matmul(a.numpy(), b.numpy().T))
+    return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+
+
+def _keeps_equal_rows_equal(name: str) -> bool:
+    """The property, checked here with the library's own call: duplicated rows and columns at
+    strided positions of products with and without tails, on one thread and two."""
     g = torch.Generator().manual_seed(11)
-    a, b = torch.randn(260, 256, generator=g).numpy(), torch.randn(650, 256, generator=g).numpy()
-    a[::29] = a[4].copy()
-    b[::43] = b[2].copy()
+    a, b = torch.randn(260, 256, generator=g), torch.randn(650, 256, generator=g)
+    a[::29] = a[4].clone()
+    b[::43] = b[2].clone()
     for threads in (1, 2):
         with blas_threads(threads):
             for r, c in [(260, 650), (97, 650), (260, 61), (1, 650), (260, 1)]:
-                block = np.matmul(a[:r], b[:c].T)[::29, ::43]
-                if not (block == block.flat[0]).all():
+                block = _own_product(name, a[:r], b[:c])[::29, ::43]
+                if not bool((block == block.flatten()[0]).all()):
                     return False
     return True
 
 
-def test_numpy_is_eligible_only_where_it_scores_equal_rows_equally(monkeypatch, tmp_path):
+def _runs(name: str) -> bool:
+    if name == "numpy":
+        return True
+    try:
+        return bool(torch.backends.mkldnn.is_available()) and _own_product(name, torch.ones(1, 2), torch.ones(1, 2)).item() == 2
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+@pytest.mark.parametrize("name", ["numpy", "onednn"])
+def test_a_product_is_eligible_only_where_it_scores_equal_rows_equally(monkeypatch, tmp_path, name):
     monkeypatch.setenv("VLR_CACHE_DIR", str(tmp_path))
     _cpu_blas._machine_entry.cache_clear()
     try:
-        assert _cpu_blas.invariant() == _numpy_keeps_equal_rows_equal()
-        monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
-        if _cpu_blas.invariant():
-            assert choice() == "numpy"
-        else:  # this CPU: numpy's BLAS breaks ties; never taken, and refused when asked for
-            with pytest.raises(ConfigError, match="VLR_CPU_BLAS=numpy: numpy's BLAS .* different scores"):
+        assert _cpu_blas.eligible(name) == (_runs(name) and _keeps_equal_rows_equal(name))
+        monkeypatch.setenv("VLR_CPU_BLAS", name)
+        if _cpu_blas.eligible(name):
+            assert choice() == name
+        else:  # this CPU (or build): never taken, and refused when asked for
+            why = "different scores" if _runs(name) else "not in this torch build"
+            with pytest.raises(ConfigError, match=f"VLR_CPU_BLAS={name}: .*{why}"):
                 choice()
             monkeypatch.setenv("VLR_CPU_BLAS", "auto")
-            assert choice() == "torch"
+            assert choice() != name
     finally:
         _cpu_blas._machine_entry.cache_clear()
 
@@ -101,27 +122,31 @@ def test_measured_once_per_machine_and_kept(monkeypatch, tmp_path):
         cache = tmp_path / "cpu-blas.json"
         entry = json.loads(cache.read_text())[_cpu_blas._machine_key()]
         assert entry["choice"] == picked
-        seconds = entry["seconds"]
-        assert set(seconds) == {"torch", "numpy"} and all(v > 0 for v in seconds.values())
-        assert entry["invariant"] == _numpy_keeps_equal_rows_equal()
-        faster = seconds["numpy"] < _cpu_blas._MARGIN * seconds["torch"]
-        assert picked == ("numpy" if faster and entry["invariant"] else "torch")
+        seconds, ok = entry["seconds"], entry["eligible"]
+        assert set(seconds) == {"torch", "numpy", *(["onednn"] if _runs("onednn") else [])}
+        assert all(v > 0 for v in seconds.values())
+        assert ok == {name: name in seconds and _keeps_equal_rows_equal(name) for name in ("numpy", "onednn")}
+        faster = [n for n in ok if ok[n] and seconds[n] < _cpu_blas._MARGIN * seconds["torch"]]
+        assert picked == min(faster, key=seconds.__getitem__, default="torch")
         left = [p.name for p in tmp_path.iterdir() if p.name not in ("cpu-blas.json", "cpu-blas.json.lock")]
         assert not left, "a temporary file was left"
         # a later process reads the answer rather than measuring again
-        other = "torch" if picked == "numpy" else "numpy"
-        cache.write_text(json.dumps({_cpu_blas._machine_key(): {"choice": other, "invariant": True}}))
+        other = "torch" if picked != "torch" else "numpy"
+        cache.write_text(json.dumps({_cpu_blas._machine_key(): {"choice": other,
+                                                                "eligible": {"numpy": True, "onednn": True}}}))
         _cpu_blas._machine_entry.cache_clear()
         assert choice() == other
-        # an entry without the probe's answer (written before it existed) is measured again
-        cache.write_text(json.dumps({_cpu_blas._machine_key(): {"choice": "numpy"}}))
-        _cpu_blas._machine_entry.cache_clear()
-        assert choice() == picked and isinstance(json.loads(cache.read_text())[_cpu_blas._machine_key()]
-                                                 ["invariant"], bool)
+        # entries without the probes' answers (written before the probe, or before oneDNN's
+        # product was a choice) are measured again
+        for old in ({"choice": "numpy"}, {"choice": "numpy", "invariant": True}):
+            cache.write_text(json.dumps({_cpu_blas._machine_key(): old}))
+            _cpu_blas._machine_entry.cache_clear()
+            assert choice() == picked
+            assert json.loads(cache.read_text())[_cpu_blas._machine_key()]["eligible"] == ok
         # an unreadable cache is measured again and rewritten
         cache.write_text("{not json")
         _cpu_blas._machine_entry.cache_clear()
-        assert choice() in ("torch", "numpy")
+        assert choice() in ("torch", "numpy", "onednn")
         assert _cpu_blas._machine_key() in json.loads(cache.read_text())
     finally:
         _cpu_blas._machine_entry.cache_clear()
@@ -134,7 +159,7 @@ def test_an_unwritable_cache_still_answers(monkeypatch, tmp_path):
     monkeypatch.setenv("VLR_CACHE_DIR", str(blocker / "sub"))  # a directory under a file
     _cpu_blas._machine_entry.cache_clear()
     try:
-        assert choice() in ("torch", "numpy")
+        assert choice() in ("torch", "numpy", "onednn")
     finally:
         _cpu_blas._machine_entry.cache_clear()
 
@@ -152,12 +177,9 @@ def test_the_workers_blas_threads_are_limited_and_restored():
     assert torch.get_num_threads() == torch_before and blas_counts() == blas_before
 
 
-def test_numpy_products_of_two_threads_at_once(monkeypatch):
-    """numpy releases the GIL in its products: two worker threads' products are correct when
-    they run at once (each into its own buffer)."""
-    if not _cpu_blas.invariant():
-        pytest.skip("numpy's BLAS gives equal rows different scores on this CPU: the engine never takes it here")
-    monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
+def test_products_of_two_threads_at_once(cpu_blas):
+    """numpy and torch release the GIL in their products: two worker threads' products are
+    correct when they run at once (each into its own buffer)."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(2, 200, 64, generator=g), torch.randn(2, 300, 64, generator=g)
     outs = [torch.empty(200, 300) for _ in range(2)]

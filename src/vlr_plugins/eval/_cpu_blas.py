@@ -1,29 +1,31 @@
-"""Which BLAS computes the engine's float32 tile products on a CPU: torch's (MKL on x86 wheels)
-or numpy's (OpenBLAS in numpy's wheels), whichever is faster on this machine.
+"""Which BLAS computes the engine's float32 tile products on a CPU: torch's (MKL on x86 wheels),
+numpy's (OpenBLAS in numpy's wheels) or oneDNN's (in torch's x86 and Arm builds: the fp32 linear
+op torch.compile's CPU code calls), whichever is fastest on this machine.
 
-They differ by machine, not by a constant: on an AMD EPYC (Zen 4, AVX-512) torch's MKL runs a
-1,024 x 256 by 256 x 1,024 product at a median ~55 GFLOP/s on one thread and numpy's OpenBLAS
-at ~76;
-on Intel CPUs MKL is usually the faster one. :func:`choice` measures both once on the engine's
-tile shape (a few tens of milliseconds) and keeps the answer in a small JSON file per machine
+They differ by machine, not by a constant: on an AMD EPYC with AVX-512 (Zen 5) a 1,024 x 256 by
+256 x 1,024 product runs at a median ~88 GFLOP/s on one thread in torch's MKL, ~103 in numpy's
+OpenBLAS and ~181 in oneDNN (MKL takes a generic path on AMD CPUs); on Intel CPUs MKL is
+usually as fast as any. :func:`choice` measures each once on the engine's tile shape (a few
+tens of milliseconds) and keeps the answer in a small JSON file per machine
 (``$VLR_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlr-plugins``, else ``~/.cache/vlr-plugins``),
 keyed by the CPU, torch and numpy, so every later run on the machine takes the same BLAS and
-gives the same bits. ``VLR_CPU_BLAS=torch|numpy|auto`` overrides it (``auto``, the default:
-measured).
+gives the same bits. ``VLR_CPU_BLAS=torch|numpy|onednn|auto`` overrides it (``auto``, the
+default: measured).
 
-The two round the same dot product differently (so does either one between product shapes):
+They round the same dot product differently (so does any one between product shapes):
 the engine's exactness never depends on a product's bits matching another product's — a
 pass's thresholds and the scores counted against them come from the same kind of tile
 product — but it does need equal embeddings to get equal scores wherever they sit within one
-product (the tie rule). That holds for MKL, and for OpenBLAS on some CPUs only: on an AMD
-EPYC with AVX2 only (Zen 3), OpenBLAS 0.3.31's sgemm gives a row its last-bit-different score
-at some positions (a row-tail kernel). So numpy's BLAS is eligible only where
-:func:`invariant` finds it gives equal rows and columns equal bits at every position of
-products of the engine's kinds of shapes (tails included, one thread and two); the calibration
-records it, and ``VLR_CPU_BLAS=numpy`` on a machine where it fails is refused.
+product (the tie rule). That holds for MKL, and for the others on some CPUs only: on AMD EPYCs
+(Zen 3 with AVX2, Zen 5 with AVX-512) numpy's OpenBLAS 0.3.31 gives a row its
+last-bit-different score at some positions. So numpy's and oneDNN's products are eligible only
+where :func:`eligible` finds they give equal rows and columns equal bits at every position of
+products of the engine's kinds of shapes (tails included, one thread and two); the
+calibration records it, and ``VLR_CPU_BLAS=numpy`` (or ``onednn``) where it fails is refused.
 numpy's BLAS threads are limited with ``threadpoolctl`` wherever torch's are
-(:func:`~vlr_plugins.eval._tile_workers.one_thread_per_worker`); numpy releases the GIL in its
-products, so the engine's worker threads run them at once.
+(:func:`~vlr_plugins.eval._tile_workers.one_thread_per_worker`; oneDNN runs on torch's
+threads); numpy's products and torch's ops release the GIL, so the engine's worker threads
+run them at once.
 """
 
 from __future__ import annotations
@@ -45,11 +47,17 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["blas_threads", "choice", "invariant", "setting", "tile_product"]
+__all__ = ["blas_threads", "choice", "eligible", "invariant", "setting", "tile_product"]
 
-_CHOICES = ("torch", "numpy")
-#: numpy's BLAS is taken only when at least this much faster (a tie keeps torch's)
+_CHOICES = ("torch", "numpy", "onednn")
+#: numpy's or oneDNN's product is taken only when at least this much faster (a tie keeps torch's)
 _MARGIN = 0.95
+#: the block of scores one oneDNN call writes (256 x 256, 256 KiB): its result is a new tensor,
+#: copied into ``out``; a whole tile's (1-2 MiB) allocated and freed per tile fragmented the heap
+#: between the engine's other buffers (mining's peak memory 2.5x torch's at 10K x 50K; in these
+#: blocks: as torch's, for ~10 % of the product's speed; square blocks keep wide products fast,
+#: where blocks of a few whole rows lost half of it)
+_ONEDNN_BLOCK = 256
 #: the calibration's product: a tile of the engine's shape, one thread
 _SHAPE = (1024, 256, 1024)
 _ROUNDS = 15
@@ -81,18 +89,18 @@ def _machine_key() -> str:
 
 
 def _measure() -> dict[str, float]:
-    """Median seconds per product of each BLAS on one thread, over :data:`_ROUNDS` rounds that
-    alternate the two (a BLAS's fastest call can be far from its usual one: MKL's on AMD)."""
+    """Median seconds per product of each available BLAS on one thread, over :data:`_ROUNDS`
+    rounds that alternate them (a BLAS's fastest call can be far from its usual one: MKL's on AMD)."""
     m, k, n = _SHAPE
     generator = torch.Generator().manual_seed(0)
     a, b = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
     out = torch.empty(m, n)
-    times: dict[str, list[float]] = {name: [] for name in _CHOICES}
+    times: dict[str, list[float]] = {name: [] for name in _CHOICES if _available(name)}
     with blas_threads(1):
-        for name in _CHOICES:  # warm-up
+        for name in times:  # warm-up
             _product(name, a, b, out)
         for _ in range(_ROUNDS):
-            for name in _CHOICES:
+            for name in times:
                 start = time.perf_counter()
                 _product(name, a, b, out)
                 times[name].append(time.perf_counter() - start)
@@ -117,10 +125,29 @@ def _write_cache(path: Path, data: dict) -> None:
         pass
 
 
+@functools.lru_cache(maxsize=None)
+def _available(name: str) -> bool:
+    """Whether ``name``'s product runs in this torch build (oneDNN's: an x86 or Arm build with
+    oneDNN, whose fp32 linear op is there and computes a product right)."""
+    if name != "onednn":
+        return True
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        a, b = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
+        out = torch.empty(2, 4)
+        _product("onednn", a, b, out)
+        return bool(torch.equal(out, a @ b.T))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def _probe_invariant(name: str) -> bool:
     """Whether ``name``'s BLAS gives equal rows (and equal columns) equal bits wherever they sit
     in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES`, on one
     thread and on two (a few milliseconds)."""
+    if not _available(name):
+        return False
     generator = torch.Generator().manual_seed(3)
     a, b = torch.randn(300, 256, generator=generator), torch.randn(700, 256, generator=generator)
     a[::37] = a[5].clone()
@@ -172,16 +199,17 @@ def _cache_lock(path: Path) -> Iterator[None]:
 
 
 def _valid_entry(entry: object) -> bool:
-    return (isinstance(entry, dict) and entry.get("choice") in _CHOICES
-            and isinstance(entry.get("invariant"), bool))
+    eligible = entry.get("eligible") if isinstance(entry, dict) else None
+    return (isinstance(entry, dict) and entry.get("choice") in _CHOICES and isinstance(eligible, dict)
+            and all(isinstance(eligible.get(name), bool) for name in _CHOICES[1:]))
 
 
 @functools.lru_cache(maxsize=None)
 def _machine_entry() -> dict:
     """This machine's cache entry (measured and probed once, then read): ``choice``,
-    ``invariant`` (numpy's BLAS, see :func:`invariant`), ``seconds``, ``shape``, and once the
-    tiles are calibrated ``tile_elems`` (:mod:`~vlr_plugins.eval._tile_calibration`). An entry
-    written before the probe existed is measured again."""
+    ``eligible`` (numpy's and oneDNN's products, see :func:`eligible`), ``seconds``, ``shape``,
+    and once the tiles are calibrated ``tile_elems`` (:mod:`~vlr_plugins.eval._tile_calibration`).
+    An entry written before oneDNN's product was a choice is measured again."""
     path, key = _cache_file(), _machine_key()
     entry = _read_cache(path).get(key)
     if _valid_entry(entry):
@@ -192,9 +220,10 @@ def _machine_entry() -> dict:
         if _valid_entry(entry):
             return entry
         seconds = _measure()
-        eligible = _probe_invariant("numpy")
-        pick = "numpy" if eligible and seconds["numpy"] < _MARGIN * seconds["torch"] else "torch"
-        data[key] = entry = {"choice": pick, "invariant": eligible, "seconds": seconds, "shape": list(_SHAPE)}
+        ok = {name: _probe_invariant(name) for name in _CHOICES[1:]}
+        pick = min((name for name in _CHOICES[1:] if ok[name] and seconds[name] < _MARGIN * seconds["torch"]),
+                   key=seconds.__getitem__, default="torch")
+        data[key] = entry = {"choice": pick, "eligible": ok, "seconds": seconds, "shape": list(_SHAPE)}
         _write_cache(path, data)
     return entry
 
@@ -203,11 +232,17 @@ def _calibrated() -> str:
     return _machine_entry()["choice"]
 
 
+def eligible(name: str) -> bool:
+    """Whether the engine may take ``name``'s products on this machine (probed once, cached with
+    the calibration): torch's always; numpy's and oneDNN's where they run and give equal
+    embeddings equal scores wherever they sit in a product."""
+    return name == "torch" or bool(_machine_entry()["eligible"].get(name))
+
+
 def invariant() -> bool:
     """Whether numpy's BLAS gives equal embeddings equal scores wherever they sit in a product
-    on this machine (probed once, cached with the calibration): where it does not, the engine
-    keeps torch's."""
-    return bool(_machine_entry()["invariant"])
+    on this machine: ``eligible("numpy")``."""
+    return eligible("numpy")
 
 
 def setting() -> str:
@@ -215,12 +250,16 @@ def setting() -> str:
     :class:`~vlr_plugins.errors.ConfigError` naming it otherwise (commands check it up front)."""
     wanted = os.environ.get("VLR_CPU_BLAS", "auto").strip().lower() or "auto"
     if wanted not in (*_CHOICES, "auto"):
-        raise ConfigError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, auto (the BLAS of the "
-                          "retrieval engine's CPU tile products)")
-    if wanted == "numpy" and not invariant():
-        raise ConfigError(f"VLR_CPU_BLAS=numpy: numpy's BLAS (numpy {np.__version__}) gives equal embeddings "
-                          "different scores depending on where they sit in a product on this CPU, and the "
-                          "engine's exact tie rule needs equal scores; use torch or auto (which takes torch's here)")
+        raise ConfigError(f"VLR_CPU_BLAS={wanted!r}: expected one of torch, numpy, onednn, auto (the BLAS of "
+                          "the retrieval engine's CPU tile products)")
+    if wanted != "torch" and wanted in _CHOICES and not eligible(wanted):
+        what = (f"numpy's BLAS (numpy {np.__version__})" if wanted == "numpy"
+                else f"oneDNN's fp32 product (torch {torch.__version__})")
+        if not _available(wanted):
+            raise ConfigError(f"VLR_CPU_BLAS={wanted}: {what} is not in this torch build; use torch or auto")
+        raise ConfigError(f"VLR_CPU_BLAS={wanted}: {what} gives equal embeddings different scores depending on "
+                          "where they sit in a product on this CPU, and the engine's exact tie rule needs equal "
+                          "scores; use torch or auto (which does not take it here)")
     return wanted
 
 
@@ -233,16 +272,24 @@ def choice() -> str:
 def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> None:
     if name == "numpy":
         np.matmul(rows.numpy(), cols.numpy().T, out=out.numpy())
+    elif name == "onednn":
+        # oneDNN's fp32 linear (the op torch.compile's CPU code calls): ``rows @ cols.T`` into a
+        # new tensor, so a product goes in blocks of _ONEDNN_BLOCK x _ONEDNN_BLOCK scores
+        step = _ONEDNN_BLOCK
+        for r in range(0, len(rows), step):
+            for c in range(0, len(cols), step):
+                out[r:r + step, c:c + step].copy_(
+                    torch.ops.mkldnn._linear_pointwise(rows[r:r + step], cols[c:c + step], None, "none", [], ""))
     else:
         torch.mm(rows, cols.T, out=out)
 
 
 def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``out = rows @ cols.T`` (rows (R, D), cols (C, D), out (R, C)): in numpy's BLAS for float32
-    CPU tensors where :func:`choice` says so (zero-copy views of the same memory), else torch's."""
+    """``out = rows @ cols.T`` (rows (R, D), cols (C, D), out (R, C)): for float32 CPU tensors in
+    the BLAS :func:`choice` says (numpy's: zero-copy views of the same memory; oneDNN's), else torch's."""
     if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
-            and not (rows.requires_grad or cols.requires_grad) and choice() == "numpy"):
-        _product("numpy", rows, cols, out)
+            and not (rows.requires_grad or cols.requires_grad) and (name := choice()) != "torch"):
+        _product(name, rows, cols, out)
     elif out.device.type == "cpu" and out.shape[1] == 1 and torch.get_num_threads() > 1:
         # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores
         # depending on where they sit (seen on an AVX-512 Xeon), which would break the tie rule;

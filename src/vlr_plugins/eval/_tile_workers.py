@@ -85,6 +85,10 @@ def visit_in_parallel(tasks: Sequence[Task], visit: Callable[[State, Task], None
     lock, pending, failed = threading.Lock(), iter(tasks), threading.Event()
 
     def work(state: State) -> None:
+        # a new thread's OpenMP team size is the process default until ATen first sets it from
+        # torch's (1 in the workers): asked here, so that a BLAS called before any other op
+        # (oneDNN's, MKL's) does not run the first tile's product on every core
+        torch.get_num_threads()
         while not failed.is_set():
             with lock:
                 task = next(pending, _DONE)
