@@ -47,7 +47,7 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["blas_threads", "choice", "eligible", "invariant", "setting", "tile_product"]
+__all__ = ["blas_threads", "choice", "eligible", "setting", "tile_product"]
 
 _CHOICES = ("torch", "numpy", "onednn")
 #: numpy's or oneDNN's product is taken only when at least this much faster (a tie keeps torch's)
@@ -61,7 +61,7 @@ _ONEDNN_BLOCK = 256
 #: the calibration's product: a tile of the engine's shape, one thread
 _SHAPE = (1024, 256, 1024)
 _ROUNDS = 15
-#: the products :func:`invariant` checks: full tiles, row and column tails, a single row and column
+#: the products :func:`_probe_invariant` checks: full tiles, row and column tails, a single row and column
 _PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1))
 
 
@@ -238,11 +238,6 @@ def eligible(name: str) -> bool:
     embeddings equal scores wherever they sit in a product."""
     return name == "torch" or bool(_machine_entry()["eligible"].get(name))
 
-
-def invariant() -> bool:
-    """Whether numpy's BLAS gives equal embeddings equal scores wherever they sit in a product
-    on this machine: ``eligible("numpy")``."""
-    return eligible("numpy")
 
 
 def setting() -> str:
