@@ -1,0 +1,74 @@
+"""Gradient clipping and accumulation (the CaRe recipes' ``clip_grad: {max_norm: 1.0}`` and
+``accumulative_counts`` / DeepSpeed's ``gradient_clipping`` and ``gradient_accumulation_steps``)
+under FSDP and DeepSpeed ZeRO-2 on two CPU processes (torchrun, gloo), against one process with
+MMEngine's own ``OptimWrapper`` doing both (tests/_support/_care_runs.py).
+
+A sharded strategy must clip by the norm of the whole gradient, not of each rank's shard, and
+accumulate over the same micro-batches. AdamW would hide a wrong clip (its step is nearly
+independent of the gradient's scale), so these runs train with SGD, and with a max norm far below
+the gradients' (~0.07), so that every step is clipped: a run that clipped by its shard's norm, or
+not at all, would move the adapters by a different amount (one process with and without clipping
+end 1.2e-2 apart; the tolerance is 1e-5).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mmengine")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from _torchrun import load_checkpoint, require_torchrun  # noqa: E402
+
+require_torchrun()
+
+from _care_runs import DEEPSPEED, FSDP, TOL, TRIPLETS, losses, max_diff, require_deepspeed, train, weights  # noqa: E402
+from _tiny_mllm import save_tiny_qwen2vl, write_nli_csv  # noqa: E402
+
+MAX_NORM, ACCUMULATE, SGD = 0.01, 2, "{type: SGD, lr: 0.5}"
+
+
+def _optim_wrapper(clip: bool) -> str:
+    clip_grad = f", clip_grad: {{max_norm: {MAX_NORM}}}" if clip else ""
+    return f"optim_wrapper={{type: OptimWrapper, optimizer: {SGD}{clip_grad}, accumulative_counts: {ACCUMULATE}}}"
+
+
+#: care/stage2_released_deepspeed as the one-process run (``DEEPSPEED``), with DeepSpeed's own
+#: clipping and accumulation and the same SGD (ZeRO takes it once told it may)
+DEEPSPEED_CLIPPED = [*DEEPSPEED, f"strategy.gradient_clipping={MAX_NORM}",
+                     f"strategy.gradient_accumulation_steps={ACCUMULATE}", f"optim_wrapper.optimizer={SGD}",
+                     "strategy.config={zero_allow_untested_optimizer: true}"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("care-clipping")
+    folder = str(save_tiny_qwen2vl(tmp / "tiny_qwen2vl", seed=1))
+    nli = write_nli_csv(tmp / "nli.csv", rows=TRIPLETS)
+    runs = {"tmp": tmp, "folder": folder, "nli": nli}
+    for name, clip in (("one", True), ("one-unclipped", False)):
+        train(folder, nli, tmp / name, processes=1, extra=(_optim_wrapper(clip),))
+    return runs
+
+
+def test_clipping_changes_the_one_process_run(runs):
+    clipped, unclipped = (weights(runs["tmp"] / name / "epoch_2.pth") for name in ("one", "one-unclipped"))
+    assert max_diff(clipped, unclipped, clipped) > 100 * TOL
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_two_processes_clip_and_accumulate_as_one_process(strategy, runs):
+    work = runs["tmp"] / strategy
+    if strategy == "deepspeed":
+        require_deepspeed()
+        train(runs["folder"], runs["nli"], work, processes=2, extra=tuple(DEEPSPEED_CLIPPED),
+              recipe="care/stage2_released_deepspeed")
+        final = load_checkpoint(work / "epoch_2.pth" / "mp_rank_00_model_states.pt")["module"]
+    else:
+        train(runs["folder"], runs["nli"], work, processes=2, extra=(*FSDP, _optim_wrapper(True)))
+        final = weights(work / "epoch_2.pth")
+    one = weights(runs["tmp"] / "one" / "epoch_2.pth")
+    assert final.keys() == one.keys()
+    assert max_diff(one, final, one) < TOL
+    assert losses(work) == pytest.approx(losses(runs["tmp"] / "one"), abs=TOL)
