@@ -1,7 +1,7 @@
 """What the tests of ``vlr train care/...`` on two CPU processes (torchrun, gloo) share: the
 tiny Qwen2-VL's LoRA run of ``care/stage2_paper`` and its strategy variants, one process
-against two (tests only; test_care_cpu_distributed.py, test_care_cpu_sharded.py and test_care_cpu_clipping.py say
-what each compares and why the tolerances hold)."""
+against two (tests only; test_care_cpu_distributed.py, test_care_cpu_sharded.py and
+test_care_cpu_clipping.py say what each compares and why the tolerances hold)."""
 
 from __future__ import annotations
 

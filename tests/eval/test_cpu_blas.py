@@ -53,7 +53,8 @@ def test_equal_rows_and_columns_get_equal_scores_anywhere_in_a_product(cpu_blas,
 
 
 def test_the_override_and_a_bad_value(monkeypatch):
-    names = ["torch", " Torch", *(n for n in ("numpy", "NumPy ", "onednn", "oneDNN") if _cpu_blas.eligible(n.strip().lower()))]
+    others = ("numpy", "NumPy ", "onednn", "oneDNN")
+    names = ["torch", " Torch", *(n for n in others if _cpu_blas.eligible(n.strip().lower()))]
     for name in names:
         monkeypatch.setenv("VLR_CPU_BLAS", name)
         assert choice() == name.strip().lower()
@@ -89,7 +90,8 @@ def _runs(name: str) -> bool:
     if name == "numpy":
         return True
     try:
-        return bool(torch.backends.mkldnn.is_available()) and _own_product(name, torch.ones(1, 2), torch.ones(1, 2)).item() == 2
+        one = torch.ones(1, 2)
+        return bool(torch.backends.mkldnn.is_available()) and _own_product(name, one, one).item() == 2
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
 
