@@ -1,6 +1,6 @@
 """Gradient clipping and accumulation (the CaRe recipes' ``clip_grad: {max_norm: 1.0}`` and
 ``accumulative_counts`` / DeepSpeed's ``gradient_clipping`` and ``gradient_accumulation_steps``)
-under FSDP and DeepSpeed ZeRO-2 on two CPU processes (torchrun, gloo), against one process with
+under FSDP and DeepSpeed ZeRO-1, -2 and -3 on two CPU processes (torchrun, gloo), against one process with
 MMEngine's own ``OptimWrapper`` doing both (tests/_support/_care_runs.py).
 
 A sharded strategy must clip by the norm of the whole gradient, not of each rank's shard, and
@@ -57,14 +57,23 @@ def test_clipping_changes_the_one_process_run(runs):
     assert max_diff(clipped, unclipped, clipped) > 100 * TOL
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+@pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
 def test_two_processes_clip_and_accumulate_as_one_process(strategy, runs):
+    """FSDP (one full checkpoint) and DeepSpeed ZeRO stages 1-3 (ZeRO-3 partitions the
+    parameters too: its checkpoint is put together with DeepSpeed's own ``zero_to_fp32``)."""
     work = runs["tmp"] / strategy
-    if strategy == "deepspeed":
+    if strategy.startswith("zero"):
         require_deepspeed()
-        train(runs["folder"], runs["nli"], work, processes=2, extra=tuple(DEEPSPEED_CLIPPED),
-              recipe="care/stage2_released_deepspeed")
-        final = load_checkpoint(work / "epoch_2.pth" / "mp_rank_00_model_states.pt")["module"]
+        stage = int(strategy[-1])
+        train(runs["folder"], runs["nli"], work, processes=2, recipe="care/stage2_released_deepspeed",
+              extra=(*DEEPSPEED_CLIPPED, f"strategy.zero_optimization.stage={stage}"))
+        if stage == 3:
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+            assert not (work / "epoch_2.pth" / "mp_rank_00_model_states.pt").exists()  # partitioned
+            final = get_fp32_state_dict_from_zero_checkpoint(str(work), tag="epoch_2.pth")
+        else:
+            final = load_checkpoint(work / "epoch_2.pth" / "mp_rank_00_model_states.pt")["module"]
     else:
         train(runs["folder"], runs["nli"], work, processes=2, extra=(*FSDP, _optim_wrapper(True)))
         final = weights(work / "epoch_2.pth")
