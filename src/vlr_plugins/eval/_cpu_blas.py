@@ -239,7 +239,6 @@ def eligible(name: str) -> bool:
     return name == "torch" or bool(_machine_entry()["eligible"].get(name))
 
 
-
 def setting() -> str:
     """``VLR_CPU_BLAS`` as given: ``torch``, ``numpy`` or ``auto`` (the default); a
     :class:`~vlr_plugins.errors.ConfigError` naming it otherwise (commands check it up front)."""
