@@ -240,7 +240,7 @@ def eligible(name: str) -> bool:
 
 
 def setting() -> str:
-    """``VLR_CPU_BLAS`` as given: ``torch``, ``numpy`` or ``auto`` (the default); a
+    """``VLR_CPU_BLAS`` as given: ``torch``, ``numpy``, ``onednn`` or ``auto`` (the default); a
     :class:`~vlr_plugins.errors.ConfigError` naming it otherwise (commands check it up front)."""
     wanted = os.environ.get("VLR_CPU_BLAS", "auto").strip().lower() or "auto"
     if wanted not in (*_CHOICES, "auto"):
