@@ -18,14 +18,15 @@ from vlr_plugins.eval._cpu_blas import blas_threads, choice, tile_product
 from vlr_plugins.eval._tile_workers import one_thread_per_worker
 
 
-# the last shape: 2 x 3 of oneDNN's blocks (_cpu_blas._ONEDNN_BLOCK), with tails
+# the last shape: 2 x 3 of oneDNN's small blocks (_cpu_blas._ONEDNN_BLOCK), with tails
+@pytest.mark.parametrize("small_temporaries", [False, True])
 @pytest.mark.parametrize("rows,cols,dim", [(1, 1, 3), (7, 130, 16), (257, 65, 256), (300, 700, 32)])
-def test_the_product_into_views_of_a_buffer(cpu_blas, rows, cols, dim):
+def test_the_product_into_views_of_a_buffer(cpu_blas, rows, cols, dim, small_temporaries):
     g = torch.Generator().manual_seed(rows)
     a, b = torch.randn(rows, dim, generator=g), torch.randn(cols + 5, dim, generator=g)
     buffer = torch.full((rows, cols + 9), 7.0)
     out = buffer[:, 2:2 + cols]  # a view with gaps between its rows
-    assert tile_product(a, b[:cols], out) is out
+    assert tile_product(a, b[:cols], out, small_temporaries=small_temporaries) is out
     torch.testing.assert_close(out.double(), a.double() @ b[:cols].double().T, rtol=1e-5, atol=1e-5)
     assert bool((buffer[:, :2] == 7).all() and (buffer[:, 2 + cols:] == 7).all()), "wrote outside the view"
 
@@ -43,13 +44,15 @@ def test_half_precision_stays_with_torch(monkeypatch, dtype, name):
 def test_equal_rows_and_columns_get_equal_scores_anywhere_in_a_product(cpu_blas, threads):
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(300, 256, generator=g), torch.randn(700, 256, generator=g)
+    a, b = torch.cat([a, torch.randn(800, 256, generator=g)]), torch.cat([b, torch.randn(1600, 256, generator=g)])
     a[::37] = a[5].clone()
     b[::41] = b[3].clone()
-    with blas_threads(threads):
-        for r, c in [(300, 700), (129, 700), (300, 77), (1, 700), (300, 1)]:
-            out = tile_product(a[:r], b[:c], torch.empty(r, c))
-            block = out[::37, ::41]
-            assert bool((block == block.flatten()[0]).all()), (r, c)
+    with blas_threads(threads):  # tails, and whole tiles as large as the engine's
+        for r, c in [(300, 700), (129, 700), (300, 77), (1, 700), (300, 1), (1100, 2300), (723, 1137)]:
+            for small in (False, True):
+                out = tile_product(a[:r], b[:c], torch.empty(r, c), small_temporaries=small)
+                block = out[::37, ::41]
+                assert bool((block == block.flatten()[0]).all()), (r, c, small)
 
 
 def test_the_override_and_a_bad_value(monkeypatch):
@@ -75,11 +78,12 @@ def _keeps_equal_rows_equal(name: str) -> bool:
     strided positions of products with and without tails, on one thread and two."""
     g = torch.Generator().manual_seed(11)
     a, b = torch.randn(260, 256, generator=g), torch.randn(650, 256, generator=g)
+    a, b = torch.cat([a, torch.randn(780, 256, generator=g)]), torch.cat([b, torch.randn(1550, 256, generator=g)])
     a[::29] = a[4].clone()
     b[::43] = b[2].clone()
     for threads in (1, 2):
         with blas_threads(threads):
-            for r, c in [(260, 650), (97, 650), (260, 61), (1, 650), (260, 1)]:
+            for r, c in [(260, 650), (97, 650), (260, 61), (1, 650), (260, 1), (1040, 2200), (611, 1203)]:
                 block = _own_product(name, a[:r], b[:c])[::29, ::43]
                 if not bool((block == block.flatten()[0]).all()):
                     return False
@@ -134,13 +138,14 @@ def test_measured_once_per_machine_and_kept(monkeypatch, tmp_path):
         assert not left, "a temporary file was left"
         # a later process reads the answer rather than measuring again
         other = "torch" if picked != "torch" else "numpy"
-        cache.write_text(json.dumps({_cpu_blas._machine_key(): {"choice": other,
-                                                                "eligible": {"numpy": True, "onednn": True}}}))
+        cache.write_text(json.dumps({_cpu_blas._machine_key(): {
+            "choice": other, "eligible": {"numpy": True, "onednn": True}, "probe": _cpu_blas._PROBE_VERSION}}))
         _cpu_blas._machine_entry.cache_clear()
         assert choice() == other
         # entries without the probes' answers (written before the probe, or before oneDNN's
-        # product was a choice) are measured again
-        for old in ({"choice": "numpy"}, {"choice": "numpy", "invariant": True}):
+        # product was a choice), or probed by older checks, are measured again
+        for old in ({"choice": "numpy"}, {"choice": "numpy", "invariant": True},
+                    {"choice": other, "eligible": {"numpy": True, "onednn": True}}):
             cache.write_text(json.dumps({_cpu_blas._machine_key(): old}))
             _cpu_blas._machine_entry.cache_clear()
             assert choice() == picked

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import platform
@@ -52,17 +53,23 @@ __all__ = ["blas_threads", "choice", "eligible", "setting", "tile_product"]
 _CHOICES = ("torch", "numpy", "onednn")
 #: numpy's or oneDNN's product is taken only when at least this much faster (a tie keeps torch's)
 _MARGIN = 0.95
-#: the block of scores one oneDNN call writes (256 x 256, 256 KiB): its result is a new tensor,
-#: copied into ``out``; a whole tile's (1-2 MiB) allocated and freed per tile fragmented the heap
-#: between the engine's other buffers (mining's peak memory 2.5x torch's at 10K x 50K; in these
-#: blocks: as torch's, for ~10 % of the product's speed; square blocks keep wide products fast,
-#: where blocks of a few whole rows lost half of it)
+#: oneDNN's result is a new tensor, copied into ``out``. One call per tile: in blocks of 256 x 256
+#: scores a product cost 15 % more on one thread and the engine ~20 % more on two (each block's
+#: call, slices and copy; with the re-normalisations' extra passes ~30 %). Callers that allocate
+#: between their products (the miner's merges) ask for these blocks instead
+#: (``small_temporaries``): there a whole tile's result (1-2 MiB, above glibc's mmap threshold
+#: once it has risen) allocated and freed per tile fragmented the heap (mining's peak memory
+#: 2.5-3x at 10K x 50K; in blocks: as with torch's product)
 _ONEDNN_BLOCK = 256
+#: the version of :func:`_probe_invariant`'s checks a cache entry was probed with (an older
+#: entry is measured and probed again: 2 = whole-tile oneDNN calls, tile-sized probe shapes)
+_PROBE_VERSION = 2
 #: the calibration's product: a tile of the engine's shape, one thread
 _SHAPE = (1024, 256, 1024)
 _ROUNDS = 15
 #: the products :func:`_probe_invariant` checks: full tiles, row and column tails, a single row and column
-_PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1))
+#: and whole tiles as large as the engine's (a calibrated share of up to 2^21 scores)
+_PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1), (1100, 2300), (723, 1137))
 
 
 def _cache_file() -> Path:
@@ -145,18 +152,23 @@ def _available(name: str) -> bool:
 def _probe_invariant(name: str) -> bool:
     """Whether ``name``'s BLAS gives equal rows (and equal columns) equal bits wherever they sit
     in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES`, on one
-    thread and on two (a few milliseconds)."""
+    thread and on two, oneDNN's in whole calls and in small blocks (~50 ms). Whether a BLAS
+    breaks the rule can depend on the values (numpy's OpenBLAS on an AMD Zen 5: at some), so the
+    first 300 x 700 are always the same ones."""
     if not _available(name):
         return False
     generator = torch.Generator().manual_seed(3)
     a, b = torch.randn(300, 256, generator=generator), torch.randn(700, 256, generator=generator)
+    rows, cols = (max(shape) for shape in zip(*_PROBE_SHAPES))
+    a = torch.cat([a, torch.randn(rows - len(a), 256, generator=generator)])
+    b = torch.cat([b, torch.randn(cols - len(b), 256, generator=generator)])
     a[::37] = a[5].clone()
     b[::41] = b[3].clone()
     for threads in (1, 2):
         with blas_threads(threads):
-            for r, c in _PROBE_SHAPES:
+            for (r, c), small in itertools.product(_PROBE_SHAPES, (False, True) if name == "onednn" else (False,)):
                 out = torch.empty(r, c)
-                _product(name, a[:r], b[:c], out)
+                _product(name, a[:r], b[:c], out, small)
                 block = out[::37, ::41]
                 if not bool((block == block.flatten()[0]).all()):
                     return False
@@ -201,6 +213,7 @@ def _cache_lock(path: Path) -> Iterator[None]:
 def _valid_entry(entry: object) -> bool:
     eligible = entry.get("eligible") if isinstance(entry, dict) else None
     return (isinstance(entry, dict) and entry.get("choice") in _CHOICES and isinstance(eligible, dict)
+            and entry.get("probe") == _PROBE_VERSION
             and all(isinstance(eligible.get(name), bool) for name in _CHOICES[1:]))
 
 
@@ -209,7 +222,8 @@ def _machine_entry() -> dict:
     """This machine's cache entry (measured and probed once, then read): ``choice``,
     ``eligible`` (numpy's and oneDNN's products, see :func:`eligible`), ``seconds``, ``shape``,
     and once the tiles are calibrated ``tile_elems`` (:mod:`~vlr_plugins.eval._tile_calibration`).
-    An entry written before oneDNN's product was a choice is measured again."""
+    An entry written before oneDNN's product was a choice, or probed by older checks
+    (:data:`_PROBE_VERSION`), is measured again."""
     path, key = _cache_file(), _machine_key()
     entry = _read_cache(path).get(key)
     if _valid_entry(entry):
@@ -223,7 +237,8 @@ def _machine_entry() -> dict:
         ok = {name: _probe_invariant(name) for name in _CHOICES[1:]}
         pick = min((name for name in _CHOICES[1:] if ok[name] and seconds[name] < _MARGIN * seconds["torch"]),
                    key=seconds.__getitem__, default="torch")
-        data[key] = entry = {"choice": pick, "eligible": ok, "seconds": seconds, "shape": list(_SHAPE)}
+        data[key] = entry = {"choice": pick, "eligible": ok, "seconds": seconds, "shape": list(_SHAPE),
+                             "probe": _PROBE_VERSION}
         _write_cache(path, data)
     return entry
 
@@ -263,12 +278,15 @@ def choice() -> str:
     return wanted if wanted in _CHOICES else _calibrated()
 
 
-def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> None:
+def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor,
+             small_temporaries: bool = False) -> None:
     if name == "numpy":
         np.matmul(rows.numpy(), cols.numpy().T, out=out.numpy())
-    elif name == "onednn":
+    elif name == "onednn" and not small_temporaries:
         # oneDNN's fp32 linear (the op torch.compile's CPU code calls): ``rows @ cols.T`` into a
-        # new tensor, so a product goes in blocks of _ONEDNN_BLOCK x _ONEDNN_BLOCK scores
+        # new tensor, copied into ``out``
+        out.copy_(torch.ops.mkldnn._linear_pointwise(rows, cols, None, "none", [], ""))
+    elif name == "onednn":  # in blocks of _ONEDNN_BLOCK x _ONEDNN_BLOCK scores
         step = _ONEDNN_BLOCK
         for r in range(0, len(rows), step):
             for c in range(0, len(cols), step):
@@ -278,12 +296,15 @@ def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tenso
         torch.mm(rows, cols.T, out=out)
 
 
-def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor, *,
+                 small_temporaries: bool = False) -> torch.Tensor:
     """``out = rows @ cols.T`` (rows (R, D), cols (C, D), out (R, C)): for float32 CPU tensors in
-    the BLAS :func:`choice` says (numpy's: zero-copy views of the same memory; oneDNN's), else torch's."""
+    the BLAS :func:`choice` says (numpy's: zero-copy views of the same memory; oneDNN's), else
+    torch's. ``small_temporaries``: oneDNN's product in blocks of :data:`_ONEDNN_BLOCK` squared
+    scores rather than one call (for callers that allocate between products)."""
     if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
             and not (rows.requires_grad or cols.requires_grad) and (name := choice()) != "torch"):
-        _product(name, rows, cols, out)
+        _product(name, rows, cols, out, small_temporaries)
     elif out.device.type == "cpu" and out.shape[1] == 1 and torch.get_num_threads() > 1:
         # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores
         # depending on where they sit (seen on an AVX-512 Xeon), which would break the tie rule;

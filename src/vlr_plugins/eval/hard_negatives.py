@@ -215,7 +215,8 @@ class _Miner:
         """The worker's tile: its loaded queries against ``gallery_rows`` (zero rows after
         them), always of the full (R, C) shape. Returns the tile and the number of rows."""
         n = self.gallery.load(gallery_rows, worker.gallery_rows)
-        tile_product(worker.query_rows, worker.gallery_rows, worker.tile)
+        # the merges allocate between products: oneDNN's in small blocks (see _cpu_blas)
+        tile_product(worker.query_rows, worker.gallery_rows, worker.tile, small_temporaries=True)
         return worker.tile, n
 
     def positive_scores(self, worker, pos_rows, pos_cols, same_tiles: bool) -> torch.Tensor:
