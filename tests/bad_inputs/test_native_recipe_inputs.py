@@ -23,8 +23,11 @@ CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
      ["model.loss.cache_chunk", "SupervisedSimCSELoss takes no argument 'cache_chunk'", "temperature"]),
     (["--train", "{csv}", *FILLED, "{cpu}", "model.loss.temprature=0.1"],
      ["model.loss.temprature", "did you mean 'temperature'?"]),
+    (["--train", "{csv}", *FILLED, "runner_type=FlexibleRunner", "strategy={type: FSDPStrategy}",
+      "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}, clip_grad: {max_norm: 1.0, foreach: true}}"],
+     ["optim_wrapper.clip_grad: foreach", "FSDPStrategy", "max_norm and norm_type only"]),
 ], ids=["values-left", "train-missing", "image-embeddings", "tokenizer", "unknown-section", "not-key-value",
-        "inside-a-value", "loss-argument-unknown", "loss-argument-misspelt"])
+        "inside-a-value", "loss-argument-unknown", "loss-argument-misspelt", "fsdp-clip-argument"])
 def test_care_recipes_refuse_bad_input_before_the_runner(tmp_path, extra, where):
     work = tmp_path / "run"
     csv = tmp_path / "nli.csv"

@@ -80,6 +80,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
         check_output_folder,
         check_resume,
         check_schedule,
+        check_sharded_clipping,
         native_train_samples,
     )
 
@@ -90,6 +91,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
                                   work_dir=args.work_dir)
     cfg.launcher = args.launcher
     check_loss_arguments(cfg)
+    check_sharded_clipping(cfg)
     check_output_folder(cfg.work_dir, "--work-dir")
     if args.resume:
         check_resume(args.resume, cfg.work_dir, train_cfg=cfg.get("train_cfg"))

@@ -9,6 +9,12 @@ independent of the gradient's scale), so these runs train with SGD, and with a m
 the gradients' (~0.07), so that every step is clipped: a run that clipped by its shard's norm, or
 not at all, would move the adapters by a different amount (one process with and without clipping
 end 1.2e-2 apart; the tolerance is 1e-5).
+
+Under FSDP both ways of wrapping: the whole model as one unit (whose shards happen to put every
+LoRA adapter on one rank, so that a clip by each rank's shard would pass unnoticed) and the
+recipe's decoder-layer policy (adapters on both ranks: MMEngine's own clip, by each shard's norm,
+ended 7e-4 from one process and logged rank 0's share as ``grad_norm``). Each logs the whole
+gradient's norm, as one process does.
 """
 
 from __future__ import annotations
@@ -23,10 +29,20 @@ from _torchrun import load_checkpoint, require_torchrun  # noqa: E402
 
 require_torchrun()
 
-from _care_runs import DEEPSPEED, FSDP, TOL, TRIPLETS, losses, max_diff, require_deepspeed, train, weights  # noqa: E402
+from _care_runs import (DEEPSPEED, FSDP, LAYERS, TOL, TRIPLETS, losses, max_diff, require_deepspeed,  # noqa: E402
+                        train, weights)
 from _tiny_mllm import save_tiny_qwen2vl, write_nli_csv  # noqa: E402
+from _torchrun import logged_rows  # noqa: E402
 
 MAX_NORM, ACCUMULATE, SGD = 0.01, 2, "{type: SGD, lr: 0.5}"
+#: FSDP with the decoder-layer wrap policy, one full checkpoint
+FSDP_LAYERS = ["runner_type=FlexibleRunner",
+               "strategy={type: FSDPStrategy, state_dict_cfg: full, model_wrapper: {auto_wrap_policy: " + LAYERS + "}}"]
+
+
+def grad_norms(where) -> list[float]:
+    """The ``grad_norm`` MMEngine logs at each step that updates (none before the first)."""
+    return [row["grad_norm"] for row in logged_rows(where) if "grad_norm" in row]
 
 
 def _optim_wrapper(clip: bool) -> str:
@@ -57,10 +73,11 @@ def test_clipping_changes_the_one_process_run(runs):
     assert max_diff(clipped, unclipped, clipped) > 100 * TOL
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("strategy", ["fsdp", "fsdp-layers", "zero1", "zero2", "zero3"])
 def test_two_processes_clip_and_accumulate_as_one_process(strategy, runs):
-    """FSDP (one full checkpoint) and DeepSpeed ZeRO stages 1-3 (ZeRO-3 partitions the
-    parameters too: its checkpoint is put together with DeepSpeed's own ``zero_to_fp32``)."""
+    """FSDP (one full checkpoint; the model one unit, or a unit per decoder layer) and DeepSpeed
+    ZeRO stages 1-3 (ZeRO-3 partitions the parameters too: its checkpoint is put together with
+    DeepSpeed's own ``zero_to_fp32``)."""
     work = runs["tmp"] / strategy
     if strategy.startswith("zero"):
         require_deepspeed()
@@ -75,8 +92,12 @@ def test_two_processes_clip_and_accumulate_as_one_process(strategy, runs):
         else:
             final = load_checkpoint(work / "epoch_2.pth" / "mp_rank_00_model_states.pt")["module"]
     else:
-        train(runs["folder"], runs["nli"], work, processes=2, extra=(*FSDP, _optim_wrapper(True)))
+        wrapping = FSDP if strategy == "fsdp" else FSDP_LAYERS
+        train(runs["folder"], runs["nli"], work, processes=2, extra=(*wrapping, _optim_wrapper(True)))
         final = weights(work / "epoch_2.pth")
+        logged, one_logged = grad_norms(work), grad_norms(runs["tmp"] / "one")
+        assert len(logged) == len(one_logged) > 0
+        assert logged == pytest.approx(one_logged, rel=1e-5)
     one = weights(runs["tmp"] / "one" / "epoch_2.pth")
     assert final.keys() == one.keys()
     assert max_diff(one, final, one) < TOL

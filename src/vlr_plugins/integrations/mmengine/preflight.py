@@ -33,7 +33,7 @@ from vlr_plugins.integrations.mmengine.dataset import (
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["RunInputs", "check_loss_arguments", "check_run_inputs", "check_schedule", "native_train_samples", "check_output_folder", "check_output_file", "check_resume_checkpoint",
-           "check_resume", "check_launcher", "nothing_left_on_failure"]
+           "check_resume", "check_launcher", "check_sharded_clipping", "nothing_left_on_failure"]
 
 #: what each MMEngine launcher reads from the environment its launcher sets
 _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.run)"),
@@ -374,6 +374,22 @@ def check_loss_arguments(cfg: Any, key: str = "model.loss") -> None:
             raise ConfigError(f"{key}.{name}: {loss['type']} takes no argument {name!r}"
                               + (f" (did you mean {close[0]!r}?)" if close else "")
                               + f"; its arguments: {', '.join(known) or 'none'}")
+
+
+def check_sharded_clipping(cfg: Any) -> None:
+    """Under ``FSDPStrategy`` a config's ``optim_wrapper.clip_grad`` (by norm) is clipped by the
+    whole gradient's norm with FSDP's own ``clip_grad_norm_``
+    (:mod:`~vlr_plugins.integrations.mmengine.strategies`): a key that clip does not take is one
+    :class:`~vlr_plugins.errors.ConfigError`, before any process starts its model."""
+    strategy, optim = cfg.get("strategy"), cfg.get("optim_wrapper")
+    if not (isinstance(strategy, Mapping) and str(strategy.get("type", "")).endswith("FSDPStrategy")
+            and isinstance(optim, Mapping)):
+        return
+    clip = optim.get("clip_grad")
+    if isinstance(clip, Mapping) and clip.get("type", "norm") == "norm":
+        from vlr_plugins.integrations.mmengine.strategies import fsdp_clip_kwargs
+
+        fsdp_clip_kwargs(clip)
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:

@@ -39,6 +39,13 @@ MMEngine 0.10's:
   takes classes; a config holds names. ``transformer_layer_cls`` of a config's
   ``model_wrapper.auto_wrap_policy`` may name them (``[Qwen2VLDecoderLayer]``: a class of
   one of the model's modules, or a dotted import path), resolved on the built model.
+- **FSDP gradient clipping, on any device.** MMEngine's ``OptimWrapper`` clips with
+  ``torch.nn.utils.clip_grad_norm_`` over the parameters it holds, which under FSDP are each
+  rank's shards: each rank clips by its own shard's norm (with a layer wrap policy the LoRA
+  adapters of a tiny Qwen2-VL ended 7e-4 from one process's with ``max_norm`` 0.01), a rank
+  whose shards hold no gradient skips the clip, and the logged ``grad_norm`` is rank 0's
+  share (or missing). Under FSDP ours clips by the whole gradient's norm (FSDP's own
+  ``clip_grad_norm_`` on the root module, on every rank) and logs it (:func:`clip_whole_norm`).
 - **FSDP resume, on any device.** ``FSDPStrategy.load_optim_state_dict`` calls
   ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, torch 2.0's argument
   order; since torch 2.1 it is ``(model, optim, optim_state_dict)``, and the call stops
@@ -67,9 +74,8 @@ from vlr_plugins.integrations.mmengine.cpu_distributed import (CpuCapableDistrib
                                                                init_cpu_process_group, on_cpu_processes)
 from vlr_plugins.integrations.mmengine.registry import SCOPE
 
-__all__ = ["SHARDED_TENSOR", "CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "import_runners", "layer_classes",
-           "plain_to_sharded",
-           "sharded_to_plain", "with_fixes"]
+__all__ = ["SHARDED_TENSOR", "CpuProcessGroup", "DeepSpeedFixes", "StrategyFixes", "clip_whole_norm", "fsdp_clip_kwargs",
+           "import_runners", "layer_classes", "plain_to_sharded", "sharded_to_plain", "with_fixes"]
 
 
 #: the key of a ShardedTensor saved as plain shards (FSDP's ``state_dict_cfg: local``)
@@ -150,6 +156,43 @@ def _is_fsdp(strategy: Any) -> bool:
     return isinstance(strategy, FSDPStrategy)
 
 
+#: the ``clip_grad`` keys FSDP's ``clip_grad_norm_`` takes (besides ``type: norm``)
+_FSDP_CLIP_KEYS = ("max_norm", "norm_type")
+
+
+def fsdp_clip_kwargs(clip_grad: Any) -> dict:
+    """The arguments of FSDP's ``clip_grad_norm_`` from an optimizer wrapper's ``clip_grad``
+    (without ``type``); a key it does not take is a :class:`~vlr_plugins.errors.ConfigError`
+    (``vlr train`` checks a config's before the run starts)."""
+    from vlr_plugins.errors import ConfigError
+
+    kwargs = {k: v for k, v in dict(clip_grad).items() if k != "type"}
+    unknown = sorted(set(kwargs) - set(_FSDP_CLIP_KEYS))
+    if unknown:
+        raise ConfigError(f"optim_wrapper.clip_grad: {', '.join(unknown)}: not taken under FSDPStrategy, which "
+                          f"clips by the whole gradient's norm with FSDP's clip_grad_norm_ "
+                          f"({' and '.join(_FSDP_CLIP_KEYS)} only)")
+    return kwargs
+
+
+def clip_whole_norm(optim_wrapper: Any, model: Any) -> None:
+    """Make each of ``optim_wrapper``'s wrappers (an ``OptimWrapperDict``'s too) that clips by
+    norm clip ``model``'s gradients (an FSDP root module) by the norm of the whole gradient,
+    with FSDP's ``clip_grad_norm_`` (a collective: every rank calls it at each update, whether
+    its shards hold gradients or not), and log that norm as MMEngine does (``train/grad_norm``)."""
+    wrappers = optim_wrapper.values() if hasattr(optim_wrapper, "optim_wrappers") else [optim_wrapper]
+    for wrapper in wrappers:
+        if getattr(wrapper, "clip_func", None) is not torch.nn.utils.clip_grad_norm_:
+            continue  # no clipping, or by value (elementwise: each shard's is the whole's)
+        kwargs = fsdp_clip_kwargs(wrapper.clip_grad_kwargs)
+
+        def clip(wrapper: Any = wrapper, kwargs: dict = kwargs) -> None:
+            total = model.clip_grad_norm_(**kwargs)
+            wrapper.message_hub.update_scalar(f"train/{wrapper.grad_name}", float(total))
+
+        wrapper._clip_grad = clip
+
+
 class CpuProcessGroup:
     """Put before an MMEngine strategy that starts a process group (``DDPStrategy``,
     ``FSDPStrategy``, ``DeepSpeedStrategy``) in the MRO: on CPU processes the group is
@@ -216,6 +259,13 @@ class StrategyFixes(CpuProcessGroup):
                 self.model_wrapper = dict(type=f"{SCOPE}.{CpuCapableDistributedDataParallel.__name__}",
                                           broadcast_buffers=False)
         return super()._wrap_model(model)  # type: ignore[misc]
+
+    def build_optim_wrapper(self, optim_wrapper: Any, model: Any = None) -> Any:
+        built = super().build_optim_wrapper(optim_wrapper, model)  # type: ignore[misc]
+        if _is_fsdp(self):
+            root = model if model is not None else self.model  # type: ignore[attr-defined]
+            clip_whole_norm(built, getattr(root, "_orig_mod", root))  # under torch.compile: the module it compiled
+        return built
 
     def _sharded(self) -> bool:
         return _is_fsdp(self) and not self._is_full_state_dict()  # type: ignore[attr-defined]
