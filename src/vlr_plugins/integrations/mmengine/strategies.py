@@ -179,7 +179,10 @@ def clip_whole_norm(optim_wrapper: Any, model: Any) -> None:
     """Make each of ``optim_wrapper``'s wrappers (an ``OptimWrapperDict``'s too) that clips by
     norm clip ``model``'s gradients (an FSDP root module) by the norm of the whole gradient,
     with FSDP's ``clip_grad_norm_`` (a collective: every rank calls it at each update, whether
-    its shards hold gradients or not), and log that norm as MMEngine does (``train/grad_norm``)."""
+    its shards hold gradients or not), and log that norm as MMEngine does (``train/grad_norm``).
+    A ``model`` that is not an FSDP module (a config's own wrapper) keeps MMEngine's clip."""
+    if not hasattr(model, "clip_grad_norm_"):
+        return
     wrappers = optim_wrapper.values() if hasattr(optim_wrapper, "optim_wrappers") else [optim_wrapper]
     for wrapper in wrappers:
         if getattr(wrapper, "clip_func", None) is not torch.nn.utils.clip_grad_norm_:
