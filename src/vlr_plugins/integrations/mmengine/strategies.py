@@ -181,9 +181,11 @@ def clip_whole_norm(optim_wrapper: Any, model: Any) -> None:
     with FSDP's ``clip_grad_norm_`` (a collective: every rank calls it at each update, whether
     its shards hold gradients or not), and log that norm as MMEngine does (``train/grad_norm``).
     A ``model`` that is not an FSDP module (a config's own wrapper) keeps MMEngine's clip."""
+    from mmengine.optim import OptimWrapperDict
+
     if not hasattr(model, "clip_grad_norm_"):
         return
-    wrappers = optim_wrapper.values() if hasattr(optim_wrapper, "optim_wrappers") else [optim_wrapper]
+    wrappers = optim_wrapper.values() if isinstance(optim_wrapper, OptimWrapperDict) else [optim_wrapper]
     for wrapper in wrappers:
         if getattr(wrapper, "clip_func", None) is not torch.nn.utils.clip_grad_norm_:
             continue  # no clipping, or by value (elementwise: each shard's is the whole's)
