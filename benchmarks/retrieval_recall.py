@@ -351,6 +351,17 @@ def child(method: str, n: int, m: int, inner: int) -> None:
 
     choice()  # the tile BLAS measured (once per machine) before the clock starts
 
+    load_s = None
+    for suffix, kernel in COUNTING.items():  # the same method with its tiles counted in torch's ops / numba's loop
+        if method.endswith(suffix):
+            os.environ["VLR_COUNT_KERNEL"] = kernel
+            method = method.removesuffix(suffix)
+            if kernel == "numba":  # loaded before the clock starts (a process that has counted before)
+                from vlr_plugins.eval import _count_kernels
+
+                start = time.perf_counter()
+                _count_kernels.prepare(0)
+                load_s = time.perf_counter() - start
     near = method.endswith(NEAR)  # the same method on texts near their items
     method = method.removesuffix(NEAR)
     items, texts, owner = make_embeddings(n, m, near=near)
@@ -364,6 +375,8 @@ def child(method: str, n: int, m: int, inner: int) -> None:
         result = globals()[f"run_{method}"](items, texts, owner)
         seconds = min(seconds, time.perf_counter() - start)
     record = {"seconds": seconds, "extra_bytes": max(0, _peak_bytes(reset) - base), "threads": torch.get_num_threads()}
+    if load_s is not None:
+        record["count_kernel_load_s"] = load_s
     if isinstance(result, dict):
         record["recall"] = {f"{d}_r{k}": float(result[f"{d}_r{k}"]) for d in ("i2t", "t2i") for k in KS}
         record["metrics"] = {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
@@ -499,6 +512,14 @@ RENORM_METHODS = ("engine_dsl", "engine_qbnorm")
 #: a method name with this suffix runs on texts near their items (``make_embeddings(near=True)``),
 #: its ratio taken to ``engine_near``: ``--methods chunk,engine_near,engine_dsl_near,engine_qbnorm_near``
 NEAR = "_near"
+#: a method name with one of these suffixes (after ``_near``) counts each tile in torch's
+#: comparison and matrix-vector product (``VLR_COUNT_KERNEL=torch``) or in numba's compiled loop
+#: (``numba``; numba loaded and its loops compiled before the clock starts, as in a process that
+#: has counted a large gallery before: the loading's time is printed beside), not as ``auto``
+#: chooses for the size (``vlr_plugins.eval._count_kernels``): ``--methods
+#: floor_workers,engine_torch_count,engine_numba_count``; its ratio to the recall-only engine is
+#: taken to the recall-only engine with the same suffix where that ran too
+COUNTING = {"_torch_count": "torch", "_numba_count": "numba"}
 #: the bare multiplies: the floor is the fastest of those measured
 BARE_MULTIPLIES = ("floor", "chunk", "chunk_numpy", "chunk_onednn", "floor_workers")
 
@@ -529,7 +550,8 @@ def cpu_table(plan) -> list[dict]:
         runs = {}
         for round_ in range(rounds):
             for method in alternated + (once if round_ == 0 else ()):
-                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and method.removesuffix(NEAR) in ALTERNATED + RANK_METHODS + RENORM_METHODS else 1
+                plain = _unsuffixed(method).removesuffix(NEAR)
+                inner = 5 if n * m <= COCO_5K[0] * COCO_5K[1] and plain in ALTERNATED + RANK_METHODS + RENORM_METHODS else 1
                 runs.setdefault(method, []).append(measure(method, n, m, inner))
         median = {method: statistics.median(r["seconds"] for r in results) for method, results in runs.items()}
         multiplies = [median[k] for k in BARE_MULTIPLIES if k in median]
@@ -544,6 +566,8 @@ def cpu_table(plan) -> list[dict]:
                       "peak_extra_mib": max(r["extra_bytes"] for r in results) / 2**20,
                       "load": statistics.median(r["load"] for r in results),
                       "threads": results[0]["threads"]}
+            if "count_kernel_load_s" in results[0]:
+                record["count_kernel_load_s"] = statistics.median(r["count_kernel_load_s"] for r in results)
             if "recall" in results[0]:
                 record["recall"] = results[0]["recall"]
                 record["metrics"] = results[0]["metrics"]
@@ -551,21 +575,33 @@ def cpu_table(plan) -> list[dict]:
     return records
 
 
+def _unsuffixed(method: str) -> str:
+    """``method`` without its :data:`COUNTING` suffix."""
+    return next((method.removesuffix(s) for s in COUNTING if method.endswith(s)), method)
+
+
 def _over_engine(median: dict, method: str) -> float | None:
     """``method``'s median over the recall-only engine's on the same data and text layout
     (``engine_near`` for a ``_near`` method, ``engine_interleaved`` for an ``_interleaved`` one)."""
-    layout = method.endswith("_interleaved") and method != "engine_interleaved"
-    base = "engine_near" if method.endswith(NEAR) else "engine_interleaved" if layout else "engine"
+    method_ = _unsuffixed(method)
+    counting = method[len(method_):] if method_ != "engine" else ""
+    layout = method_.endswith("_interleaved") and method_ != "engine_interleaved"
+    base = "engine_near" if method_.endswith(NEAR) else "engine_interleaved" if layout else "engine"
+    base = f"{base}{counting}" if f"{base}{counting}" in median else base
     return median[method] / median[base] if base in median else None
 
 
 def print_cpu_table(records: list[dict]) -> None:
+    from vlr_plugins.eval._count_kernels import NUMBA_FROM_PER_THREAD, _kernels
     from vlr_plugins.eval._cpu_blas import choice
     from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_cache_bytes, l2_share
 
     l2 = l2_cache_bytes()
     largest = max(r["items"] * r["texts"] for r in records)
-    print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, engine tile "
+    counting = (f"numba's loop from {NUMBA_FROM_PER_THREAD * records[0]['threads']:,} scores (auto), torch's ops "
+                f"below" if _kernels() is not None else "torch's ops (numba not installed)")
+    print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, counts in "
+          f"{counting}, engine tile "
           f"{cpu_tile_elems_per_thread(largest):,} scores a thread at the largest size (calibrated; the L2 "
           f"rule's: {l2_share():,}, L2 {l2 // 2**10 if l2 else '?'} KiB), "
           f"D = {D}, float32; medians over alternated rounds\n")
@@ -580,6 +616,10 @@ def print_cpu_table(records: list[dict]) -> None:
               f"{'-' if r['over_fastest'] is None else format(r['over_fastest'], '.2f')} | "
               f"{'-' if r['over_engine'] is None else format(r['over_engine'], '.2f')} | {r['peak_extra_mib']:,.1f} | "
               f"{r['load']:.1f} |")
+    for r in records:
+        if "count_kernel_load_s" in r:
+            print(f"\n{r['method']} at {r['items']:,} x {r['texts']:,}: numba loaded (and its loops compiled or read "
+                  f"from its cache) in {r['count_kernel_load_s']:.2f} s before the clock started (median)")
     print_peer(records)
     print_rank_metrics(records)
 
@@ -653,18 +693,30 @@ def main() -> None:
         os.environ["VLR_BENCH_THREADS"] = str(args.threads)
     methods = tuple(args.methods.split(","))
     known = ALTERNATED + RANK_METHODS + RENORM_METHODS
-    if not {m.removesuffix(NEAR) for m in methods} <= set(known):
+    if not {_unsuffixed(m).removesuffix(NEAR) for m in methods} <= set(known):
         sys.exit(f"retrieval_recall.py: --methods {args.methods}: expected some of {list(known)}")
     # the engine's CPU tile share, calibrated (once a machine) before any clock starts
     from vlr_plugins.eval import _tile_calibration, retrieval_recall
     from vlr_plugins.eval._tiles import l2_share
 
-    _tile_calibration.ensure(max(n * m for n, m in sizes), l2_share(), retrieval_recall)
+    # for both counting loops (auto takes numba's from NUMBA_FROM_PER_THREAD scores a thread)
+    from vlr_plugins.eval import _count_kernels
+
+    given = os.environ.get("VLR_COUNT_KERNEL")
+    for kernel in ("torch", "numba") if _count_kernels._kernels() is not None else ("torch",):
+        os.environ["VLR_COUNT_KERNEL"] = kernel
+        _count_kernels.prepare(0)
+        _tile_calibration.ensure(max(n * m for n, m in sizes), l2_share(), retrieval_recall)
+    if given is None:
+        del os.environ["VLR_COUNT_KERNEL"]
+    else:
+        os.environ["VLR_COUNT_KERNEL"] = given
     records = cpu_table(cpu_plan(sizes, args.repeat, args.quick, methods))
     print_cpu_table(records)
     if args.json:
         write_json(args.json, {"device": "cpu", "cpu_cores": os.cpu_count(), "machine": cpu_description(), "dim": D,
-                               "records": records})
+                               "numba": _count_kernels._kernels() is not None,
+                               "numba_from_per_thread": _count_kernels.NUMBA_FROM_PER_THREAD, "records": records})
 
 
 def write_json(path: str, data: dict) -> None:

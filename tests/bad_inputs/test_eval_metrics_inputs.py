@@ -90,10 +90,11 @@ def test_the_catalogue_covers_every_metric_option():
     ("VLR_CPU_BLAS", "openblas", "expected one of torch, numpy, onednn, auto"),
     ("VLR_CPU_TILE_ELEMS", "big", "expected auto, l2 or a number of scores per thread"),
     ("VLR_CPU_TILE_ELEMS", "100", "at least 1024"),
+    ("VLR_COUNT_KERNEL", "cython", "expected one of numba, torch, auto"),
 ])
 def test_eval_and_mine_refuse_an_unknown_cpu_setting(variable, value, expected, tmp_path, monkeypatch):
-    """``VLR_CPU_BLAS`` (the engine's CPU tile BLAS) and ``VLR_CPU_TILE_ELEMS`` (its scores per
-    thread) checked before anything is read or encoded."""
+    """``VLR_CPU_BLAS`` (the engine's CPU tile BLAS), ``VLR_CPU_TILE_ELEMS`` (its scores per
+    thread) and ``VLR_COUNT_KERNEL`` (its counting loop) checked before anything is read or encoded."""
     places = {"tmp": str(tmp_path)}
     lines = "".join(json.dumps({"id": i, "texts": ts}) + "\n" for i, ts in TEXTS.items())
     write_files(tmp_path, {"bench.yaml": BENCH, "split.jsonl": lines, "store": _store,

@@ -28,6 +28,7 @@ TINY = {"_SHAPE": (64, 320, 16), "_ROUNDS": 1, "CANDIDATES": (2**12, 2**13, 2**1
 def fresh_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("VLR_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("VLR_CPU_BLAS", "torch")
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")  # the share kept for torch's BLAS counting in torch's ops
     monkeypatch.delenv("VLR_CPU_TILE_ELEMS", raising=False)
     for name, value in TINY.items():
         monkeypatch.setattr(_tile_calibration, name, value)
@@ -84,6 +85,21 @@ def test_calibrated_once_for_large_work_and_kept(fresh_cache):
         _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
         again = cpu_tile_elems_per_thread(BIG)
         assert again == share_of(fresh_cache) and again != 12345
+
+
+def test_a_share_is_kept_for_each_counting_loop(fresh_cache, monkeypatch):
+    pytest.importorskip("numba")
+    assert _tile_calibration.variant() == "torch"
+    _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")  # the tile work differs: measured again, kept apart
+    assert _tile_calibration.variant() == "torch+numba"
+    assert cpu_tile_elems_per_thread(BIG) == l2_share()  # none kept for it yet
+    _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
+    shares = _entry(fresh_cache)["tile_elems"]
+    assert set(shares) == {"torch", "torch+numba"}
+    assert cpu_tile_elems_per_thread(BIG) == shares["torch+numba"]["elems"]
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")
+    assert cpu_tile_elems_per_thread(BIG) == shares["torch"]["elems"]
 
 
 def _entry(cache: Path) -> dict:

@@ -11,7 +11,7 @@ to 2^21, 8-19 % faster than the L2 rule's 2^17 (docs/benchmarks.md).
 :func:`ensure` (which ``retrieval_recall`` calls before work of at least :data:`CALIBRATE_FROM`
 scores on a CPU) measures the engine itself (:func:`measure`) on one thread (a 2,048 x 10,240 recall,
 ~0.2 s) at each of :data:`CANDIDATES`, alternated round by round (about 3 s in all, once per
-machine and tile BLAS, under the cache file's lock), and keeps :func:`calibrated`'s answer: the
+machine, tile BLAS and counting loop (:func:`variant`), under the cache file's lock), and keeps :func:`calibrated`'s answer: the
 fastest, where it beats the L2 rule's share (:func:`~vlr_plugins.eval._tiles.elems_for_l2`) by
 at least :data:`_MARGIN` (a calibration on a busy machine seldom moves it). :func:`per_thread`
 reads it (the tiles' module: no measuring there). Work smaller than :data:`CALIBRATE_FROM`
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from vlr_plugins.errors import ConfigError
-from vlr_plugins.eval import _cpu_blas
+from vlr_plugins.eval import _count_kernels, _cpu_blas
 
 __all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "ensure", "measure", "per_thread", "setting"]
 
@@ -71,6 +71,23 @@ def setting() -> str | int:
     return value
 
 
+def variant() -> str:
+    """What a share is kept for: the tile BLAS (:func:`~vlr_plugins.eval._cpu_blas.choice`), with
+    ``+numba`` where numba's loop counts the tiles (:mod:`~vlr_plugins.eval._count_kernels`): the
+    tile work, and so its best share, differs between them."""
+    blas = _cpu_blas.choice()
+    return f"{blas}+numba" if _count_kernels.enabled() else blas
+
+
+def check_settings() -> None:
+    """The engine's CPU settings, each a :class:`~vlr_plugins.errors.ConfigError` naming its
+    variable where it is not understood (commands check them before reading anything):
+    ``VLR_CPU_BLAS``, ``VLR_CPU_TILE_ELEMS``, ``VLR_COUNT_KERNEL``."""
+    _cpu_blas.setting()
+    setting()
+    _count_kernels.setting()
+
+
 def per_thread(l2_share: int, calibrate: bool = True) -> int:
     """Scores per thread of the engine's CPU tiles: ``VLR_CPU_TILE_ELEMS``'s number, ``l2_share``
     (the L2 rule's) under ``l2``, else with ``calibrate`` the share kept for this machine and tile
@@ -84,7 +101,7 @@ def per_thread(l2_share: int, calibrate: bool = True) -> int:
         return wanted
     if not calibrate:
         return l2_share
-    kept = _kept(_cpu_blas.choice(), l2_share)
+    kept = _kept(variant(), l2_share)
     return l2_share if kept is None else kept
 
 
@@ -120,7 +137,7 @@ def ensure(scores: int, l2_share: int, engine: Callable[..., object]) -> None:
     started at once measure once, and keep the share beside the BLAS choice."""
     if scores < CALIBRATE_FROM or setting() != "auto" or _FORCED.get() is not None:
         return
-    blas = _cpu_blas.choice()
+    blas = variant()
     if _kept(blas, l2_share) is not None:
         return
     known = _cpu_blas._machine_entry()  # the BLAS choice measured first (its own lock)

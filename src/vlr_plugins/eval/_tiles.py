@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from vlr_plugins.eval._count_kernels import count as count_kernel
 from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, per_thread
 from vlr_plugins.eval._tile_workers import tile_workers
 
@@ -127,10 +128,14 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, work: torch.Tens
 
     scores: (R, C); thresholds: (C,) with ``dim=0`` (one per column, counts (C,)) or (R, 1)
     with ``dim=1`` (one per row, counts (R,)); work: (R, C) float32; ones: at least
-    max(R, C) ones. The comparison is written as a 0/1 float mask (the fastest comparison
-    output on CPU) and summed by a matrix-vector product with ``ones``: exact while the
-    counts stay below 2^24 in float32 (2^53 in float64).
+    max(R, C) ones. On a CPU with numba, float32 tiles are counted by one compiled loop
+    (:mod:`~vlr_plugins.eval._count_kernels`; ``work`` unused); otherwise the comparison is
+    written as a 0/1 float mask (the fastest comparison output in torch on CPU) and summed by
+    a matrix-vector product with ``ones``. Either way exact while the counts stay below 2^24
+    in float32 (2^53 in float64).
     """
+    if count_kernel(scores, thresholds, dim, counts, compare):
+        return
     compare(scores, thresholds, out=work)
     mask = work if dim == 1 else work.T
     if counts.dtype == mask.dtype:

@@ -189,10 +189,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from vlr_plugins.eval.report_files import write_eval_report
 
     # options, output folder, benchmarks file, model: all checked before any text is encoded
-    from vlr_plugins.eval import _cpu_blas, _tile_calibration
+    from vlr_plugins.eval import _tile_calibration
 
-    _cpu_blas.setting()  # VLR_CPU_BLAS
-    _tile_calibration.setting()  # VLR_CPU_TILE_ELEMS
+    _tile_calibration.check_settings()  # VLR_CPU_BLAS, VLR_CPU_TILE_ELEMS, VLR_COUNT_KERNEL
     protocol = None if args.protocol in (None, "none") else args.protocol
     if protocol is not None and protocol not in list_protocols():
         raise UsageError("--protocol", f"unknown protocol {protocol!r}; known: {', '.join(list_protocols())}, or none")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from vlr_plugins.eval import _tile_calibration
+from vlr_plugins.eval import _count_kernels, _tile_calibration
 from vlr_plugins.eval._tiles import ScoreMatrix, l2_share
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
@@ -160,7 +160,8 @@ def retrieval_recall(
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
-    if device.type == "cpu":  # the CPU tile share of large work, calibrated once a machine
+    if device.type == "cpu":  # numba's counting loops for large work; its CPU tile share, calibrated once a machine
+        _count_kernels.prepare(len(item_emb) * len(text_emb))
         _tile_calibration.ensure(len(item_emb) * len(text_emb), l2_share(), retrieval_recall)
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)

@@ -238,10 +238,9 @@ def _on_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_mine(args: argparse.Namespace) -> int:
-    from vlr_plugins.eval import _cpu_blas, _tile_calibration
+    from vlr_plugins.eval import _tile_calibration
 
-    _cpu_blas.setting()  # VLR_CPU_BLAS
-    _tile_calibration.setting()  # VLR_CPU_TILE_ELEMS
+    _tile_calibration.check_settings()  # VLR_CPU_BLAS, VLR_CPU_TILE_ELEMS, VLR_COUNT_KERNEL
     from vlr_plugins._ray import check_ray_options
 
     check_ray_options(args)

@@ -1,0 +1,192 @@
+"""The engine's count-above step on a CPU as one compiled loop (numba), where numba is installed.
+
+Every pass of the recall engine ends each tile with "how many scores of this row (column) are
+above its threshold": in torch that is a comparison written to a float mask and a
+matrix-vector product summing it (:func:`~vlr_plugins.eval._tiles.count_above`), two passes over
+a tile-sized buffer. One loop that compares and counts as it reads does it without the mask:
+on a 228 x 1,136 tile on one Zen 5 core, 14 us a direction against 36 us (docs/benchmarks.md).
+
+The counts are the same numbers either way — each compares the same float32 scores with the same
+float32 thresholds and adds 0 or 1 to the same float32 (float64) accumulators, exact below 2^24
+(2^53) — so the kernel changes no result, only the time; the tests run the engine both ways.
+
+Loading numba costs a process ~0.4 s (its own imports; ~1 s more the first time on a machine, to
+compile the loops, which its cache then keeps: beside this file, else its user-wide directory,
+or ``NUMBA_CACHE_DIR``) and ~150 MB of resident memory (LLVM), once. So under
+``VLR_COUNT_KERNEL=auto`` (the default) the loops are loaded (:func:`prepare`, which
+``retrieval_recall`` calls) for work large enough to repay it (:data:`NUMBA_FROM_PER_THREAD`),
+and used for every later call of the process once they are; ``numba`` uses them for any work
+(loading them on the first), ``torch`` never. numba is the ``fast`` extra (in ``all``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlr_plugins.errors import ConfigError
+
+__all__ = ["NUMBA_FROM_PER_THREAD", "count", "enabled", "prepare", "setting"]
+
+_CHOICES = ("numba", "torch", "auto")
+_LOCK = threading.RLock()
+
+
+def setting() -> str:
+    """``VLR_COUNT_KERNEL`` as given: ``numba``, ``torch`` or ``auto`` (the default); a
+    :class:`~vlr_plugins.errors.ConfigError` naming it otherwise, or when ``numba`` is asked
+    for and does not import (commands check it up front)."""
+    wanted = os.environ.get("VLR_COUNT_KERNEL", "auto").strip().lower() or "auto"
+    if wanted not in _CHOICES:
+        raise ConfigError(f"VLR_COUNT_KERNEL={wanted!r}: expected one of numba, torch, auto (the retrieval "
+                          "engine's CPU counting step)")
+    if wanted == "numba" and _kernels() is None:
+        raise ConfigError("VLR_COUNT_KERNEL=numba: numba is not installed (pip install 'vlr-plugins[fast]'); "
+                          "use torch or auto")
+    return wanted
+
+
+def enabled() -> bool:
+    """Whether CPU float32 tiles are counted by the compiled loops now: ``VLR_COUNT_KERNEL=numba``
+    (loaded here if need be), or under ``auto`` once this process has loaded them
+    (:func:`prepare`). The environment is read each call, cheaply (tests and benchmarks switch it)."""
+    wanted = os.environ.get("VLR_COUNT_KERNEL", "auto").strip().lower() or "auto"
+    if wanted == "auto":
+        return _loaded.is_set()
+    if wanted == "torch":
+        return False
+    if wanted == "numba":
+        if _kernels() is None:
+            setting()  # raises: not installed
+        return True
+    setting()  # raises, naming the variable
+    return False
+
+
+#: under ``auto``, the loops are loaded for work of at least this many scores per thread: loading
+#: numba takes ~0.4 s (and ~1 s more the first time on a machine, to compile them) against ~1e-10 s
+#: a score saved on each of two Zen 5 threads (docs/benchmarks.md), so below it the loading costs more
+NUMBA_FROM_PER_THREAD = 2**31
+
+
+def prepare(scores: int, threads: int | None = None) -> bool:
+    """Before work of ``scores`` scores on ``threads`` CPU threads (default torch's): under
+    ``auto``, load and warm the loops where the work is large enough to repay it (see
+    :data:`NUMBA_FROM_PER_THREAD`) and numba imports; under ``numba``, always. Done here, before
+    any worker starts, so that no tile waits on a compilation. Returns :func:`enabled`."""
+    wanted = setting()
+    if wanted == "torch":
+        return False
+    if wanted == "auto" and not _loaded.is_set():
+        if scores < NUMBA_FROM_PER_THREAD * (threads or torch.get_num_threads()):
+            return False
+    return _warm() or wanted == "numba"
+
+
+_loaded = threading.Event()
+
+
+def _warm() -> bool:
+    """Load the loops and run each once on a tiny tile (numba compiles, or reads its cache, per
+    argument types on a first call): True where numba imports."""
+    kernels = _kernels()
+    if kernels is None:
+        return False
+    with _LOCK:
+        if not _loaded.is_set():
+            tile, counts = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
+            for kernel in kernels.values():
+                kernel(tile.reshape(-1), 2, 2, 2, counts, counts.copy())
+            _loaded.set()
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> dict[str, Callable[..., None]] | None:
+    """The compiled loops by name, or None where numba does not import."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    with _LOCK:
+        return {name: _jit(numba, fn) for name, fn in _sources().items()}
+
+
+def _jit(numba: Any, fn: Callable[..., None]) -> Callable[..., None]:
+    try:
+        return numba.njit(nogil=True, cache=True)(fn)
+    except RuntimeError:  # no writable cache location: compile in each process
+        return numba.njit(nogil=True)(fn)
+
+
+def _sources() -> dict[str, Callable[..., None]]:
+    """The loops: ``flat`` a tile's rows one after another ``stride`` apart (its first ``cols``
+    of each valid), ``thresholds`` one per row (``rows_*``) or per column (``cols_*``), ``counts``
+    added to. The row slices keep numba's contiguous layout, which it vectorises."""
+    one = np.int32
+
+    def rows_gt(flat, n_rows, n_cols, stride, thresholds, counts):
+        for i in range(n_rows):
+            t, acc, row = thresholds[i], one(0), flat[i * stride:i * stride + n_cols]
+            for j in range(n_cols):
+                acc += one(row[j] > t)
+            counts[i] += acc
+
+    def rows_eq(flat, n_rows, n_cols, stride, thresholds, counts):
+        for i in range(n_rows):
+            t, acc, row = thresholds[i], one(0), flat[i * stride:i * stride + n_cols]
+            for j in range(n_cols):
+                acc += one(row[j] == t)
+            counts[i] += acc
+
+    def cols_gt(flat, n_rows, n_cols, stride, thresholds, counts):
+        for i in range(n_rows):
+            row = flat[i * stride:i * stride + n_cols]
+            for j in range(n_cols):
+                counts[j] += row[j] > thresholds[j]
+
+    def cols_eq(flat, n_rows, n_cols, stride, thresholds, counts):
+        for i in range(n_rows):
+            row = flat[i * stride:i * stride + n_cols]
+            for j in range(n_cols):
+                counts[j] += row[j] == thresholds[j]
+
+    return {"rows_gt": rows_gt, "rows_eq": rows_eq, "cols_gt": cols_gt, "cols_eq": cols_eq}
+
+
+_COMPARES = {torch.gt: "gt", torch.eq: "eq"}
+_COUNTS_DTYPES = (torch.float32, torch.float64)
+
+
+def count(scores: torch.Tensor, thresholds: torch.Tensor, dim: int, counts: torch.Tensor,
+          compare: Callable[..., torch.Tensor]) -> bool:
+    """counts += how many ``compare(scores, thresholds)`` hold along ``dim``, as
+    :func:`~vlr_plugins.eval._tiles.count_above` (its shapes), in the compiled loop; False
+    (nothing done) where the loop does not apply: not enabled, not a CPU float32 tile with
+    unit column stride, another comparison, thresholds or counts of another dtype or layout."""
+    if not enabled() or compare not in _COMPARES:
+        return False
+    if not scores.is_cpu or scores.dtype != torch.float32 or scores.dim() != 2:
+        return False
+    n_rows, n_cols = scores.shape
+    n_out = n_cols if dim == 0 else n_rows
+    if (thresholds.dtype != torch.float32 or thresholds.numel() != n_out or counts.dtype not in _COUNTS_DTYPES
+            or counts.shape != (n_out,) or not counts.is_contiguous() or not counts.is_cpu):
+        return False
+    if n_rows == 0 or n_cols == 0:
+        return True
+    row_stride, col_stride = scores.stride()
+    stride = row_stride if n_rows > 1 else n_cols
+    if (n_cols > 1 and col_stride != 1) or stride < n_cols:
+        return False
+    kernel = _kernels()[f"{'cols' if dim == 0 else 'rows'}_{_COMPARES[compare]}"]
+    _loaded.set()  # VLR_COUNT_KERNEL=numba: loaded now, compiled at this first call if need be
+    flat = torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy()
+    kernel(flat, n_rows, n_cols, stride, thresholds.numpy().reshape(n_out), counts.numpy())
+    return True
