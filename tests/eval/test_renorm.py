@@ -221,7 +221,9 @@ def test_tiles_shared_among_two_workers(cpu_blas, problem):
         assert worker_budget(matrix, 3)[0] == 2 and len(diagonal_blocks(matrix, 3)) - 1 > 2
         runs = [(DualSoftmax(), reference_result(*dsl_reference(score_matrix(items, texts).numpy(), 100.0), owner)),
                 (QueryBankNorm(text_bank=text_bank, item_bank=item_bank),
-                 qb_reference(items, texts, owner, text_bank, item_bank, 1, 20.0))]
+                 qb_reference(items, texts, owner, text_bank, item_bank, 1, 20.0)),
+                (QueryBankNorm(text_bank=text_bank, item_bank=item_bank, k=3),  # top 3s merged across workers
+                 qb_reference(items, texts, owner, text_bank, item_bank, 3, 20.0))]
         for renorm, want in runs:
             got = retrieval_recall(items, texts, owner, renorm=renorm, rank_metrics=METRICS, return_ranks=True,
                                    chunk_size=5, max_chunk_bytes=budget)

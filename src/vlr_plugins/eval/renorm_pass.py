@@ -10,8 +10,9 @@ each from one tiled pass in bounded memory.
   entries in the top k of some bank query (ties: the lower index).
 
 Log-sum-exps, one exponential per score: every score of a pass is shifted by the same constant,
-``K = tau2 - 100`` (scores are cosines, so ``s tau2 - K <= 100`` and no sum of a tile's terms
-overflows float32) and exponentiated in place by the same code wherever it sits
+``K = max(0, tau2 - 100)`` (scores are cosines, so ``s tau2 - K <= 100`` and no sum of a tile's
+terms overflows float32; for ``tau2 <= 100``, e.g. QB-Norm's default beta of 20, no shift at all, and
+no pass to subtract it) and exponentiated in place by the same code wherever it sits
 (:func:`~vlr_plugins.eval.renorm_keys.uniform_`); each row and each column of the tile is summed
 in float32, the columns over a width padded to whole vectors (:data:`_LANES`: ATen's float32
 sum down the columns adds the columns of its vector loop and those of its scalar rest in
@@ -75,8 +76,9 @@ def padded_width(cols: int) -> int:
 
 
 def lse_shift(scale: float) -> float:
-    """The constant every shifted score ``s scale - K`` of a pass is shifted by: ``K``."""
-    return scale - _HEADROOM
+    """The constant every shifted score ``s scale - K`` of a pass is shifted by: ``K`` (0 where the
+    scaled scores need none: ``|s scale| <= 100``)."""
+    return max(0.0, scale - _HEADROOM)
 
 
 def shifted_lse(terms: torch.Tensor, shift: float, dims: tuple[int, ...], n_cols: int,
@@ -87,13 +89,15 @@ def shifted_lse(terms: torch.Tensor, shift: float, dims: tuple[int, ...], n_cols
     ``exp2(terms - shift)``. ``again(dim, index)``: the scaled scores once more of the rows
     (``dim`` 1: (len(index), n_cols)) or the columns (``dim`` 0: (R, len(index))) whose sums are
     below :data:`_LEAST_SUM`, summed again with their own maximum."""
-    uniform_(terms.sub_(shift), "exp2")
+    uniform_(terms.sub_(shift) if shift else terms, "exp2")
     out = []
     for dim in dims:
         sums = with_slack(terms.shape[0] if dim == 1 else n_cols, dtype=torch.float64, device=terms.device)
         sums.copy_(_sums(terms, dim, n_cols))
         redo = (~(sums >= _LEAST_SUM) | ~torch.isfinite(sums)).nonzero().flatten()
-        lse = uniform_(sums, "log2").add_(shift)
+        lse = uniform_(sums, "log2")
+        if shift:
+            lse.add_(shift)
         if len(redo):
             part = again(dim, redo).contiguous()
             lse[redo] = _lse_rows(with_slack(*part.shape, device=part.device), part, dim)
@@ -268,14 +272,18 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
               k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(G,) float32 log2 Z_g = log2 sum_b exp2(beta2 s_bg) of every entry of ``gallery`` over the
     queries of ``bank`` (B, D), and (G,) whether the entry is among the ``k`` best (by raw score,
-    lower index on ties) of at least one bank query."""
+    lower index on ties) of at least one bank query.
+
+    A task is a gallery tile against a run of bank blocks (as :func:`test_pass`'s columns): the
+    gallery's rows are loaded once a task, the bank's (fewer a tile) once a tile. Each worker
+    keeps every bank query's running top k and every gallery entry's log-sum-exp of the tiles it
+    visits; they are merged at the end (ties: the lower index, whatever order the tiles came in)."""
     device, n_gallery = matrix.device, len(gallery)
     queries = UnitRows(bank, device)
-    k = min(k, n_gallery)
-    rows, cols = tile_shape(len(queries), n_gallery, max_chunk_bytes=matrix.max_chunk_bytes // matrix.workers,
+    n_queries, k = len(queries), min(k, n_gallery)
+    rows, cols = tile_shape(n_queries, n_gallery, max_chunk_bytes=matrix.max_chunk_bytes // matrix.workers,
                             device=device, threads=1 if matrix.workers > 1 else None)
-    blocks = list(range(0, len(queries), rows))
-    top = torch.empty(len(queries), k, dtype=torch.long, device=device)
+    n_row_tiles, n_col_tiles = -(-n_queries // rows), -(-n_gallery // cols)
     width, shift = padded_width(cols), lse_shift(beta2)
 
     class Worker:
@@ -286,34 +294,51 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             self.ones = torch.ones(max(rows, cols), device=device)
             self.positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
             self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)
+            self.best = torch.full((n_queries, k), -_INF, device=device)
+            self.best_index = torch.full((n_queries, k), n_gallery, dtype=torch.long, device=device)
+            self.loaded, self.n_cols = -1, 0
 
-    def block(worker: Worker, b0: int) -> None:
-        n_rows = queries.load(slice(b0, b0 + rows), worker.query_rows)
-        best = torch.full((n_rows, k), -_INF, device=device)
-        best_index = torch.full((n_rows, k), n_gallery, dtype=torch.long, device=device)
-        for g0 in range(0, n_gallery, cols):
-            n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows[:cols])
+    def column_part(worker: Worker, task: tuple[int, range]) -> None:
+        col, row_tiles = task
+        g0 = col * cols
+        if worker.loaded != col:
+            worker.n_cols = gallery.load(slice(g0, g0 + cols), worker.gallery_rows[:cols])
+            worker.loaded = col
+        n_cols = worker.n_cols
+        gallery_rows = worker.gallery_rows[:n_cols]
+        for row_tile in row_tiles:
+            b0 = row_tile * rows
+            n_rows = queries.load(slice(b0, b0 + rows), worker.query_rows)
             tile_product(worker.query_rows, worker.gallery_rows, worker.scores)
             s, w = worker.scores[:n_rows, :n_cols], worker.work[:n_rows, :n_cols]
+            best, best_index = worker.best[b0:b0 + n_rows], worker.best_index[b0:b0 + n_rows]
             if k == 1:  # the official default: no sort
                 update_best(s, 1, g0, best[:, 0], best_index[:, 0], w, worker.ones, worker.positions)
             else:
                 index = top_candidates(s, min(k, n_cols))
-                best, best_index = _merge_top(torch.cat([best, s.gather(1, index)], 1),
-                                              torch.cat([best_index, index + g0], 1), k)
-            query_rows, gallery_rows = worker.query_rows[:n_rows], worker.gallery_rows[:n_cols]
+                found = _merge_top(torch.cat([best, s.gather(1, index)], 1),
+                                   torch.cat([best_index, index + g0], 1), k)
+                best.copy_(found[0])
+                best_index.copy_(found[1])
+            query_rows = worker.query_rows[:n_rows]
             log_z, = shifted_lse(worker.scores[:n_rows].mul_(beta2), shift, (0,), n_cols,
                                  lambda dim, index: _product(query_rows, gallery_rows[index], beta2))
             g1 = g0 + n_cols
             torch.logaddexp2(worker.log_z[g0:g1], log_z, out=worker.log_z[g0:g1])
-        top[b0:b0 + n_rows] = best_index
 
-    workers = [Worker() for _ in range(max(1, min(matrix.workers, len(blocks))))]
+    workers = [Worker() for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
+    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
+    tasks = [(c, part) for c in range(n_col_tiles) for part in split_range(n_row_tiles, parts)]
     with exact_matmuls(), one_thread_per_worker(len(workers)):
-        visit_in_parallel(blocks, block, workers)
-    log_z = workers[0].log_z
+        visit_in_parallel(tasks, column_part, workers)
+    first = workers[0]
+    log_z, best, best_index = first.log_z, first.best, first.best_index
     for other in workers[1:]:
         torch.logaddexp2(log_z, other.log_z, out=log_z)
+        if k == 1:
+            merge_best(best[:, 0], best_index[:, 0], other.best[:, 0], other.best_index[:, 0])
+        else:
+            best, best_index = _merge_top(torch.cat([best, other.best], 1), torch.cat([best_index, other.best_index], 1), k)
     active = torch.zeros(n_gallery, dtype=torch.bool, device=device)
-    active[top.flatten()] = True
+    active[best_index.flatten()] = True
     return log_z.float(), active
