@@ -96,6 +96,12 @@ if [ "$DRY" = 1 ]; then
       continue
     fi
     # collected here (no CUDA needed to collect), with this machine's packages
+    if ! "$PY" -c "import torch, pytest" 2>/dev/null; then
+      echo "   NOT COLLECTED: $PY cannot import torch and pytest here; give PYTHON=<an interpreter with"
+      echo "   the test dependencies>, e.g. PYTHON=.venv/bin/python (scripts/dev.sh test makes it)"
+      rc=1
+      continue
+    fi
     VLR_REQUIRE_GPU=1 PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest --collect-only -q \
       -m gpu -p no:cacheprovider "${files[@]}" 2>&1 | grep -v '^$' | sed 's/^/   /'
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
