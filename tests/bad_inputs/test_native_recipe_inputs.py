@@ -26,8 +26,12 @@ CPU = "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}}"
     (["--train", "{csv}", *FILLED, "runner_type=FlexibleRunner", "strategy={type: FSDPStrategy}",
       "optim_wrapper={type: OptimWrapper, optimizer: {type: AdamW, lr: 0.01}, clip_grad: {max_norm: 1.0, foreach: true}}"],
      ["optim_wrapper.clip_grad: foreach", "FSDPStrategy", "max_norm and norm_type only"]),
+    (["--train", "{csv}", *FILLED, "model_wrapper_cfg={type: MMFullyShardedDataParallel}", CPU],
+     ["model_wrapper_cfg: MMFullyShardedDataParallel under MMEngine's Runner", "flat shards",
+      "runner_type=FlexibleRunner", "FSDPStrategy"]),
 ], ids=["values-left", "train-missing", "image-embeddings", "tokenizer", "unknown-section", "not-key-value",
-        "inside-a-value", "loss-argument-unknown", "loss-argument-misspelt", "fsdp-clip-argument"])
+        "inside-a-value", "loss-argument-unknown", "loss-argument-misspelt", "fsdp-clip-argument",
+        "fsdp-wrapper-on-runner"])
 def test_care_recipes_refuse_bad_input_before_the_runner(tmp_path, extra, where):
     work = tmp_path / "run"
     csv = tmp_path / "nli.csv"

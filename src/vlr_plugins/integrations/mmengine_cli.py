@@ -81,6 +81,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
         check_resume,
         check_schedule,
         check_sharded_clipping,
+        check_sharded_wrapper,
         native_train_samples,
     )
 
@@ -92,6 +93,7 @@ def _native_plan(args: argparse.Namespace, path: str) -> _Plan:
     cfg.launcher = args.launcher
     check_loss_arguments(cfg)
     check_sharded_clipping(cfg)
+    check_sharded_wrapper(cfg)
     check_output_folder(cfg.work_dir, "--work-dir")
     if args.resume:
         check_resume(args.resume, cfg.work_dir, train_cfg=cfg.get("train_cfg"))

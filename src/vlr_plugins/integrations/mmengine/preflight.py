@@ -33,7 +33,7 @@ from vlr_plugins.integrations.mmengine.dataset import (
 from vlr_plugins.recipe import Recipe
 
 __all__ = ["RunInputs", "check_loss_arguments", "check_run_inputs", "check_schedule", "native_train_samples", "check_output_folder", "check_output_file", "check_resume_checkpoint",
-           "check_resume", "check_launcher", "check_sharded_clipping", "nothing_left_on_failure"]
+           "check_resume", "check_launcher", "check_sharded_clipping", "check_sharded_wrapper", "nothing_left_on_failure"]
 
 #: what each MMEngine launcher reads from the environment its launcher sets
 _LAUNCHER_ENV = {"pytorch": ("RANK", "torchrun (or python -m torch.distributed.run)"),
@@ -390,6 +390,21 @@ def check_sharded_clipping(cfg: Any) -> None:
         from vlr_plugins.integrations.mmengine.strategies import fsdp_clip_kwargs
 
         fsdp_clip_kwargs(clip)
+
+
+def check_sharded_wrapper(cfg: Any) -> None:
+    """MMEngine's FSDP model wrapper (``model_wrapper_cfg`` ``MMFullyShardedDataParallel``)
+    under the plain ``Runner`` is one :class:`~vlr_plugins.errors.ConfigError`, before any
+    process starts: that Runner broadcasts and saves the wrapped module's own parameters
+    (``Runner._init_model_weights``, ``get_state_dict``), which FSDP holds as flat shards
+    (on two CPU processes the broadcast is a collective mismatch: "Received data size doesn't
+    match expected size"); FSDP trains on ``FlexibleRunner`` with ``FSDPStrategy``."""
+    wrapper, runner = cfg.get("model_wrapper_cfg"), cfg.get("runner_type") or "Runner"
+    if (isinstance(wrapper, Mapping) and str(wrapper.get("type", "")).endswith("FullyShardedDataParallel")
+            and not (isinstance(runner, str) and runner.endswith("FlexibleRunner"))):
+        raise ConfigError(f"model_wrapper_cfg: {wrapper['type']} under MMEngine's {runner}, which broadcasts and "
+                          f"saves the wrapped model's own parameters where FSDP holds flat shards; train FSDP with "
+                          f"runner_type=FlexibleRunner 'strategy={{type: FSDPStrategy}}' (docs/scaling.md)")
 
 
 def check_launcher(launcher: str, option: str = "--launcher") -> None:
