@@ -24,7 +24,8 @@ ratios are between the medians over rounds. Methods:
   counting. With 2 threads at COCO-train size this was the fastest of the three: MKL's
   2-thread products of ``chunk`` and ``floor`` stream the 121 MB item matrix per product.
   Its products run in the BLAS the engine takes on this machine (``vlr_plugins.eval._cpu_blas``:
-  torch's or numpy's, whichever it measured faster). The floor of the target is the fastest of
+  torch's, numpy's or oneDNN's, whichever it measured fastest; oneDNN's result used as it comes,
+  as the engine's tiles use it). The floor of the target is the fastest of
   ``floor``, ``chunk``, ``chunk_numpy``, ``chunk_onednn`` and ``floor_workers`` measured in the run ("median /
   fastest multiply").
 * ``chunk_numpy`` -- ``chunk`` in numpy's BLAS (OpenBLAS in numpy's wheels) on its own threads.
@@ -169,14 +170,12 @@ def run_chunk_numpy(items, texts, owner):
 
 def run_chunk_onednn(items, texts, owner):
     """``chunk`` in oneDNN's fp32 product (torch's threads): on some CPUs (AMD EPYC with AVX-512)
-    far faster than torch's MKL. Its result is a new tensor per chunk (as the engine's oneDNN
-    tiles copy theirs out, so does this)."""
+    far faster than torch's MKL. Its result is a new tensor per chunk, used as it comes (as the
+    engine's oneDNN tiles are)."""
     import torch
 
-    S = torch.empty(min(CHUNK_TEXTS, len(texts)), len(items), device=items.device, dtype=items.dtype)
     for a in range(0, len(texts), CHUNK_TEXTS):
-        Y = texts[a:a + CHUNK_TEXTS]
-        S[:len(Y)].copy_(torch.ops.mkldnn._linear_pointwise(Y, items, None, "none", [], ""))
+        torch.ops.mkldnn._linear_pointwise(texts[a:a + CHUNK_TEXTS], items, None, "none", [], "")
 
 
 def run_floor_workers(items, texts, owner):
@@ -204,7 +203,7 @@ def run_floor_workers(items, texts, owner):
         text_rows[:t1 - t0] = texts[t0:t1]
         width = _aligned_up(t1 - t0)
         for a0, a1 in blocks:  # in the BLAS the engine takes (vlr_plugins.eval._cpu_blas)
-            tile_product(items[a0:a1], text_rows[:width], scores[:a1 - a0, :width])
+            tile_product(items[a0:a1], text_rows[:width], scores[:a1 - a0, :width], new_result_ok=True)
 
     with one_thread_per_worker(len(buffers)):
         visit_in_parallel(range(len(text_blocks)), column, buffers)

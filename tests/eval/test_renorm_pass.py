@@ -12,7 +12,7 @@ import torch
 
 from _reference import torch_threads
 from vlr_plugins.eval.renorm_keys import with_slack
-from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, update_best
+from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, tile_best, update_best
 
 
 def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
@@ -107,10 +107,33 @@ def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, o
         starts.reverse()
     elif order == "shuffled":
         starts = [starts[i] for i in torch.randperm(len(starts), generator=g).tolist()]
-    ones, positions = torch.ones(gallery), torch.arange(gallery, dtype=torch.float32)
+    positions = torch.arange(1, gallery + 1, dtype=torch.float32)
     for g0 in starts:
         part = scores[:, g0:g0 + step]
         tile = part.T.contiguous() if dim == 0 else part.contiguous()  # dim 0: queries are columns
-        update_best(tile, dim, g0, best, index, torch.empty_like(tile), ones, positions)
+        update_best(tile, dim, g0, best, index, torch.empty_like(tile), positions)
     assert torch.equal(best, scores.max(1).values)
     assert torch.equal(index, scores.argmax(1))  # the first maximal: the lowest index
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_tile_best_finds_the_first_maximum_wherever_the_maxima_sit(dim):
+    """tile_best's positions, against argmax, where its sum of 1-based positions could mislead:
+    maxima at the first and at another position (their sum less one is the other's position),
+    at the first alone, at the last alone, in every place, and at three places."""
+    candidates = 9
+    rows = [[0.0] * candidates for _ in range(6)]
+    rows[0][0] = rows[0][5] = 1.0   # 1 + 6 - 1 = 6: past the maxima, where the mask is 0
+    rows[1][0] = 1.0
+    rows[2][candidates - 1] = 1.0
+    rows[3] = [0.5] * candidates
+    rows[4][2] = rows[4][3] = rows[4][7] = 1.0
+    rows[5][4] = -0.5  # a maximum of 0 everywhere else
+    scores = torch.tensor(rows)
+    tile = scores.T.contiguous() if dim == 0 else scores
+    positions = torch.arange(1, candidates + 1, dtype=torch.float32)
+    for aliased in (False, True):  # a work buffer, or the tile itself (overwritten by its mask)
+        given = tile.clone()
+        found, at = tile_best(given, dim, given if aliased else torch.empty_like(given), positions)
+        assert torch.equal(found, scores.max(1).values)
+        assert torch.equal(at, scores.argmax(1))

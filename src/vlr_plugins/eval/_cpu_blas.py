@@ -281,32 +281,38 @@ def choice() -> str:
     return wanted if wanted in _CHOICES else _calibrated()
 
 
+def _onednn(rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """oneDNN's fp32 linear (the op torch.compile's CPU code calls): ``rows @ cols.T``, a new tensor."""
+    return torch.ops.mkldnn._linear_pointwise(rows, cols, None, "none", [], "")
+
+
 def _product(name: str, rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor,
              small_temporaries: bool = False) -> None:
     if name == "numpy":
         np.matmul(rows.numpy(), cols.numpy().T, out=out.numpy())
     elif name == "onednn" and not small_temporaries:
-        # oneDNN's fp32 linear (the op torch.compile's CPU code calls): ``rows @ cols.T`` into a
-        # new tensor, copied into ``out``
-        out.copy_(torch.ops.mkldnn._linear_pointwise(rows, cols, None, "none", [], ""))
+        out.copy_(_onednn(rows, cols))
     elif name == "onednn":  # in blocks of _ONEDNN_BLOCK x _ONEDNN_BLOCK scores
         step = _ONEDNN_BLOCK
         for r in range(0, len(rows), step):
             for c in range(0, len(cols), step):
-                out[r:r + step, c:c + step].copy_(
-                    torch.ops.mkldnn._linear_pointwise(rows[r:r + step], cols[c:c + step], None, "none", [], ""))
+                out[r:r + step, c:c + step].copy_(_onednn(rows[r:r + step], cols[c:c + step]))
     else:
         torch.mm(rows, cols.T, out=out)
 
 
 def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor, *,
-                 small_temporaries: bool = False) -> torch.Tensor:
+                 small_temporaries: bool = False, new_result_ok: bool = False) -> torch.Tensor:
     """``out = rows @ cols.T`` (rows (R, D), cols (C, D), out (R, C)): for float32 CPU tensors in
     the BLAS :func:`choice` says (numpy's: zero-copy views of the same memory; oneDNN's), else
     torch's. ``small_temporaries``: oneDNN's product in blocks of :data:`_ONEDNN_BLOCK` squared
-    scores rather than one call (for callers that allocate between products)."""
+    scores rather than one call (for callers that allocate between products). ``new_result_ok``:
+    oneDNN's product is returned as it comes, a new contiguous (R, C) tensor, rather than copied
+    into ``out`` (the copy costs ~5 % of the product); the caller reads the returned tensor."""
     if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
             and not (rows.requires_grad or cols.requires_grad) and (name := choice()) != "torch"):
+        if new_result_ok and name == "onednn" and not small_temporaries:
+            return _onednn(rows, cols)
         _product(name, rows, cols, out, small_temporaries)
     elif out.device.type == "cpu" and out.shape[1] == 1 and torch.get_num_threads() > 1:
         # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores

@@ -146,12 +146,14 @@ class _Worker:
     def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, ...]:
         """The tile's scores against the loaded texts, its work buffer and its spare buffer
         (the keys of a re-normalisation; None without), (items, texts) views of (items,
-        aligned) blocks."""
+        aligned) blocks: the scores in the first buffer, or in oneDNN's result as it comes
+        (:func:`~vlr_plugins.eval._cpu_blas.tile_product`'s ``new_result_ok``)."""
         (a0, a1), (t0, t1) = item_block, text_block
         self.matrix.items.load(slice(a0, a1), self.item_rows[:a1 - a0])
         shape = (a1 - a0, _aligned_up(t1 - t0))
-        scores, work, *spare = (b[:shape[0] * shape[1]].view(shape)[:, :t1 - t0] for b in self.buffers)
-        tile_product(self.item_rows[:a1 - a0], self.text_rows[:shape[1]], self.buffers[0][:shape[0] * shape[1]].view(shape))
+        _, work, *spare = (b[:shape[0] * shape[1]].view(shape)[:, :t1 - t0] for b in self.buffers)
+        scores = tile_product(self.item_rows[:a1 - a0], self.text_rows[:shape[1]],
+                              self.buffers[0][:shape[0] * shape[1]].view(shape), new_result_ok=True)[:, :t1 - t0]
         return scores, work, spare[0] if spare else None
 
     def track_top1(self, scores: torch.Tensor, work: torch.Tensor, items: tuple[int, int],
@@ -159,7 +161,7 @@ class _Worker:
         """Each query's best raw score and index so far, with this tile's."""
         for direction, (best, index) in self.top1.items():
             dim, (q0, q1), g0 = (0, texts, items[0]) if direction == "t2i" else (1, items, texts[0])
-            update_best(scores, dim, g0, best[q0:q1], index[q0:q1], work, self.ones, positions)
+            update_best(scores, dim, g0, best[q0:q1], index[q0:q1], work, positions)
 
 
 def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = False,
@@ -187,7 +189,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     rows = max(b - a for a, b in items)
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
-    positions = torch.arange(max(rows, cols), dtype=torch.float32, device=device)
+    positions = torch.arange(1, max(rows, cols) + 1, dtype=torch.float32, device=device)  # tile_best's
     choice = keys if isinstance(keys, QueryBankChoice) else None
     alternatives = {d: choice.alternatives(d) if choice is not None else [keys] for d in ("t2i", "i2t")}
     channels = [_Channel(matrix, d, k, bounds, pair_ranks) for d in ("t2i", "i2t") for k in alternatives[d]]
