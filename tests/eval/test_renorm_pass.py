@@ -12,7 +12,7 @@ import torch
 
 from _reference import torch_threads
 from vlr_plugins.eval.renorm_keys import with_slack
-from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, tile_best, update_best
+from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, tile_best, tile_positions, update_best
 
 
 def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
@@ -107,7 +107,7 @@ def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, o
         starts.reverse()
     elif order == "shuffled":
         starts = [starts[i] for i in torch.randperm(len(starts), generator=g).tolist()]
-    positions = torch.arange(1, gallery + 1, dtype=torch.float32)
+    positions = tile_positions(gallery, torch.device("cpu"))
     for g0 in starts:
         part = scores[:, g0:g0 + step]
         tile = part.T.contiguous() if dim == 0 else part.contiguous()  # dim 0: queries are columns
@@ -131,7 +131,7 @@ def test_tile_best_finds_the_first_maximum_wherever_the_maxima_sit(dim):
     rows[5][4] = -0.5  # a maximum of 0 everywhere else
     scores = torch.tensor(rows)
     tile = scores.T.contiguous() if dim == 0 else scores
-    positions = torch.arange(1, candidates + 1, dtype=torch.float32)
+    positions = tile_positions(candidates, torch.device("cpu"))
     for aliased in (False, True):  # a work buffer, or the tile itself (overwritten by its mask)
         given = tile.clone()
         found, at = tile_best(given, dim, given if aliased else torch.empty_like(given), positions)

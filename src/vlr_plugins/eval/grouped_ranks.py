@@ -39,7 +39,7 @@ from vlr_plugins.eval._tiles import (
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
 from vlr_plugins.eval.renorm_keys import SLACK, QueryBankChoice
-from vlr_plugins.eval.renorm_pass import merge_best, update_best
+from vlr_plugins.eval.renorm_pass import merge_best, tile_positions, update_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
 _INF = float("inf")
@@ -189,7 +189,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     rows = max(b - a for a, b in items)
     cols = _aligned_up(max(b - a for a, b in texts))
     ones = torch.ones(max(rows, cols), device=device)
-    positions = torch.arange(1, max(rows, cols) + 1, dtype=torch.float32, device=device)  # tile_best's
+    positions = tile_positions(max(rows, cols), device)
     choice = keys if isinstance(keys, QueryBankChoice) else None
     alternatives = {d: choice.alternatives(d) if choice is not None else [keys] for d in ("t2i", "i2t")}
     channels = [_Channel(matrix, d, k, bounds, pair_ranks) for d in ("t2i", "i2t") for k in alternatives[d]]

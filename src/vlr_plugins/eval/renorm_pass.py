@@ -39,7 +39,7 @@ from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_s
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best", "update_best"]
+__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best", "tile_positions", "update_best"]
 
 #: where more than this share of a tile's queries may change their best, it is found for all
 _FEW_QUERIES = 0.25
@@ -157,7 +157,7 @@ def update_best(scores: torch.Tensor, dim: int, g0: int, best: torch.Tensor, ind
     index[maybe] = torch.where(better, at, old_at)
 
 
-def _positions(n: int, device: torch.device) -> torch.Tensor:
+def tile_positions(n: int, device: torch.device) -> torch.Tensor:
     """float32 1., 2., ..., n: the 1-based positions :func:`tile_best` sums."""
     return torch.arange(1, n + 1, dtype=torch.float32, device=device)
 
@@ -197,7 +197,7 @@ class _Worker:
         self.text_rows = torch.zeros(width, matrix.dim, device=device)
         self.scores = with_slack(matrix.tile_items, width, device=device)
         self.work = with_slack(*self.scores.shape, device=device)
-        self.positions = _positions(max(self.scores.shape), device)
+        self.positions = tile_positions(max(self.scores.shape), device)
         self.loaded, self.n_cols = -1, 0
         self.lse = [torch.full((k,), -_INF, dtype=torch.float64, device=device) for k in (n, m)] if lse else None
         # [text-to-image: each text's best item, image-to-text: each item's best text] as (value, index)
@@ -300,7 +300,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             self.query_rows = torch.empty(rows, matrix.dim, device=device)
             self.gallery_rows = torch.zeros(width, matrix.dim, device=device)  # padded: shifted_lse
             self.scores, self.work = (with_slack(rows, width, device=device) for _ in range(2))
-            self.positions = _positions(max(rows, cols), device)
+            self.positions = tile_positions(max(rows, cols), device)
             self.log_z = torch.full((n_gallery,), -_INF, dtype=torch.float64, device=device)
             self.best = torch.full((n_queries, k), -_INF, device=device)
             self.best_index = torch.full((n_queries, k), n_gallery, dtype=torch.long, device=device)
