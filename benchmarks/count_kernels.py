@@ -2,6 +2,7 @@
 
     python benchmarks/count_kernels.py                 # the engine's tile shapes, one thread
     python benchmarks/count_kernels.py --json out.json
+    python benchmarks/count_kernels.py --sequence 10k:8   # a process evaluating 8 times: auto's choice
 
 Each case counts one float32 tile as the engine does (``vlr_plugins.eval._tiles.count_above``):
 ``rows`` against one threshold per row, ``cols`` against one per column, ``both`` one after the
@@ -12,6 +13,14 @@ the ratio numba / torch, and the counts of the two compared (they must be equal)
 time to load numba and its loops in a fresh process that has imported torch and the package
 (``prepare``: numba's imports, its cache read; the first run on a machine also compiles), which
 ``auto`` weighs against the savings.
+
+``--sequence SIZE:CALLS`` measures that choice where it matters: a process that evaluates
+CALLS times at SIZE (``retrieval_recall.py``'s sizes and embeddings; a training run's
+validation, a truncation sweep), in fresh processes alternated over ``--rounds``, under each
+policy: ``torch`` (never load), ``numba`` (load at the first call, its time inside that call)
+and ``auto`` (load once the process's counting has cost what loading does). Reported: each
+policy's total and per-call seconds, and the call at which ``auto`` loaded; the rent-or-buy rule
+promises ``auto``'s total within 2x of the better of the other two.
 """
 
 from __future__ import annotations
@@ -41,6 +50,52 @@ print(time.perf_counter() - t)
 """
 
 
+_SEQUENCE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from retrieval_recall import make_embeddings
+from vlr_plugins.eval import _count_kernels, retrieval_recall
+items, texts, owner = make_embeddings(int(sys.argv[2]), int(sys.argv[3]))
+calls = []
+for _ in range(int(sys.argv[4])):
+    start = time.perf_counter()
+    retrieval_recall(items, texts, owner)
+    calls.append([time.perf_counter() - start, _count_kernels.enabled()])
+print(json.dumps(calls))
+"""
+POLICIES = ("torch", "auto", "numba")
+
+
+def sequence(size: str, calls: int, rounds: int) -> dict[str, list[list]]:
+    """Per policy, each round's [seconds, loops used] of every call of a fresh process."""
+    from retrieval_recall import SIZES
+
+    n, m = SIZES[size]
+    runs: dict[str, list[list]] = {policy: [] for policy in POLICIES}
+    for _ in range(rounds):
+        for policy in POLICIES:
+            env = {**os.environ, "VLR_COUNT_KERNEL": policy}
+            out = subprocess.run([sys.executable, "-c", _SEQUENCE, str(Path(__file__).resolve().parent), str(n),
+                                  str(m), str(calls)], env=env, capture_output=True, text=True, check=True)
+            runs[policy].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def print_sequence(size: str, runs: dict[str, list[list]]) -> None:
+    rounds = len(runs["torch"])
+    print(f"\n{describe()}, a process evaluating {len(runs['torch'][0])} times at {size} (retrieval_recall), "
+          f"medians of {rounds} alternated rounds of fresh processes\n")
+    print("| policy | total (s) | per call (s) | loops from call | total / best of torch, numba |")
+    print("|---|---|---|---|---|")
+    totals = {p: statistics.median(sum(c[0] for c in run) for run in runs[p]) for p in POLICIES}
+    best = min(totals["torch"], totals["numba"])
+    for policy in POLICIES:
+        per_call = [statistics.median(run[i][0] for run in runs[policy]) for i in range(len(runs[policy][0]))]
+        first = next((i + 1 for i, c in enumerate(runs[policy][0]) if c[1]), None)
+        print(f"| {policy} | {totals[policy]:.2f} | {' '.join(f'{t:.2f}' for t in per_call)} | "
+              f"{first or 'never'} | {totals[policy] / best:.2f} |")
+
+
 def load_seconds(rounds: int) -> list[float]:
     env = {**os.environ, "VLR_COUNT_KERNEL": "numba"}
     return [float(subprocess.run([sys.executable, "-c", _LOAD], env=env, capture_output=True, text=True,
@@ -52,7 +107,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=400, help="calls per measurement")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--sequence", metavar="SIZE:CALLS",
+                        help="instead: a process evaluating CALLS times at SIZE (1k, 5k, 10k, train) per policy")
     args = parser.parse_args()
+    if args.sequence:
+        size, _, calls = args.sequence.partition(":")
+        from retrieval_recall import SIZES
+
+        if size not in SIZES or not calls.isdigit() or int(calls) < 1:
+            sys.exit(f"count_kernels.py: --sequence {args.sequence!r}: expected SIZE:CALLS, SIZE one of "
+                     f"{', '.join(SIZES)}, CALLS a positive number")
+        print_sequence(size, sequence(size, int(calls), args.rounds))
+        return
 
     import torch
 

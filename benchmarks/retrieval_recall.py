@@ -591,14 +591,18 @@ def _over_engine(median: dict, method: str) -> float | None:
 
 
 def print_cpu_table(records: list[dict]) -> None:
-    from vlr_plugins.eval._count_kernels import NUMBA_FROM_PER_THREAD, _kernels
+    from vlr_plugins.eval._count_kernels import _kernels, break_even
     from vlr_plugins.eval._cpu_blas import choice
+    from vlr_plugins.eval._tile_calibration import count_saving
     from vlr_plugins.eval._tiles import cpu_tile_elems_per_thread, l2_cache_bytes, l2_share
 
     l2 = l2_cache_bytes()
     largest = max(r["items"] * r["texts"] for r in records)
-    counting = (f"numba's loop from {NUMBA_FROM_PER_THREAD * records[0]['threads']:,} scores (auto), torch's ops "
-                f"below" if _kernels() is not None else "torch's ops (numba not installed)")
+    saving = count_saving()
+    counting = (f"numba's loop once a process has counted {break_even(saving) * records[0]['threads']:,.0f} scores "
+                f"(auto; {'this machine measured' if saving else 'not measured here:'} the loop's saving "
+                f"{f'{saving[0] * 1e9:.2f} ns a score' if saving else 'the default'}), torch's ops before"
+                if _kernels() is not None else "torch's ops (numba not installed)")
     print(f"\n{describe()}, torch threads {records[0]['threads']}, engine tile BLAS {choice()}, counts in "
           f"{counting}, engine tile "
           f"{cpu_tile_elems_per_thread(largest):,} scores a thread at the largest size (calibrated; the L2 "

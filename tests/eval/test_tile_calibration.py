@@ -34,9 +34,11 @@ def fresh_cache(monkeypatch, tmp_path):
         monkeypatch.setattr(_tile_calibration, name, value)
     _cpu_blas._machine_entry.cache_clear()
     _tile_calibration._known.clear()
+    _tile_calibration._savings.clear()
     yield tmp_path / "cpu-blas.json"
     _cpu_blas._machine_entry.cache_clear()
     _tile_calibration._known.clear()
+    _tile_calibration._savings.clear()
 
 
 def test_the_share_kept_is_the_fastest_only_where_it_clearly_beats_the_l2_rule():
@@ -100,6 +102,34 @@ def test_a_share_is_kept_for_each_counting_loop(fresh_cache, monkeypatch):
     assert cpu_tile_elems_per_thread(BIG) == shares["torch+numba"]["elems"]
     monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")
     assert cpu_tile_elems_per_thread(BIG) == shares["torch"]["elems"]
+
+
+def test_the_loops_saving_is_read_from_both_calibrations(fresh_cache, monkeypatch):
+    """What numba's loops save a score (for _count_kernels.prepare's choice): the fastest share's
+    seconds without them less the fastest with them, and their loading's time, once both are kept."""
+    pytest.importorskip("numba")
+    from vlr_plugins.eval import _count_kernels
+
+    assert _tile_calibration.count_saving() is None  # nothing kept
+    _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
+    assert _tile_calibration.count_saving() is None  # only the plain counting measured
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")
+    assert _count_kernels.prepare(1)
+    _tile_calibration.ensure(BIG, l2_share(), retrieval_recall)
+    shares = _entry(fresh_cache)["tile_elems"]
+    loaded = _count_kernels.load_seconds()
+    assert shares["torch+numba"].get("load_s") == loaded  # timed where this process loaded them
+    plain, loops = (min(shares[v]["seconds_per_score"].values()) for v in ("torch", "torch+numba"))
+    assert _tile_calibration.count_saving() == (pytest.approx(plain - loops), loaded)
+    # a kept measurement with the load's time: the break-even it gives
+    data = json.loads(fresh_cache.read_text())
+    data[_cpu_blas._machine_key()]["tile_elems"]["torch+numba"]["load_s"] = 0.25
+    fresh_cache.write_text(json.dumps(data))
+    _tile_calibration._savings.clear()
+    saving = _tile_calibration.count_saving()
+    assert saving == (pytest.approx(plain - loops), 0.25)
+    assert _count_kernels.break_even(saving) == (pytest.approx(0.25 / (plain - loops)) if plain > loops
+                                                 else float("inf"))
 
 
 def _entry(cache: Path) -> dict:

@@ -14,16 +14,29 @@ Loading numba costs a process ~0.4 s (its own imports; ~1 s more the first time 
 compile the loops, which its cache then keeps: beside this file, else its user-wide directory,
 or ``NUMBA_CACHE_DIR``) and ~150 MB of resident memory (LLVM), once. So under
 ``VLR_COUNT_KERNEL=auto`` (the default) the loops are loaded (:func:`prepare`, which
-``retrieval_recall`` calls) for work large enough to repay it (:data:`NUMBA_FROM_PER_THREAD`),
-and used for every later call of the process once they are; ``numba`` uses them for any work
-(loading them on the first), ``torch`` never. numba is the ``fast`` extra (in ``all``).
+``retrieval_recall`` calls) once the process's counting has been large enough to repay the
+loading, and used for every later call of the process once they are; ``numba`` uses them for
+any work (loading them on the first), ``torch`` never. numba is the ``fast`` extra (in ``all``).
+
+"Large enough" is the rule of renting until the rent paid equals the price: the scores a thread
+this process has counted in torch's comparisons, the coming work's included, against
+:func:`break_even` -- the loading's seconds over the seconds a score the loops save, both as
+this machine measured them (the tile calibration of the engine with and without the loops,
+:func:`~vlr_plugins.eval._tile_calibration.count_saving`), else :data:`NUMBA_FROM_PER_THREAD`.
+One large gallery loads them at once (COCO's train split: 7e10 scores); one 10K x 50K
+evaluation does not, where the loading would cost more than it saves; a process that evaluates
+again and again (a training run's validation, a truncation sweep, a Pareto report over
+checkpoints) loads them once its counting has cost what the loading does, and so never spends
+more than twice what the better choice in hindsight would have.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +45,8 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["NUMBA_FROM_PER_THREAD", "count", "enabled", "prepare", "setting"]
+__all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "break_even", "count", "enabled", "load_seconds", "prepare",
+           "setting"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -69,32 +83,71 @@ def enabled() -> bool:
     return False
 
 
-#: under ``auto``, the loops are loaded for work of at least this many scores per thread: loading
-#: numba takes ~0.4 s (and ~1 s more the first time on a machine, to compile them) against ~1e-10 s
-#: a score saved on each of two Zen 5 threads (docs/benchmarks.md), so below it the loading costs more
+#: under ``auto`` where this machine has not measured the loops' saving: they are loaded once the
+#: process has counted this many scores per thread: loading numba takes ~0.4 s (and ~1 s more the
+#: first time on a machine, to compile them) against ~1e-10 s a score saved on each of two Zen 5
+#: threads (docs/benchmarks.md), the least saving seen, so that no machine loads them too early
 NUMBA_FROM_PER_THREAD = 2**31
+#: the seconds loading the loops takes where this machine's calibration did not time it: import
+#: and first calls, their compiled code read from numba's cache (0.4 s on a Zen 5 VM, 0.53 s on a
+#: Zen 4 VM)
+LOAD_SECONDS = 0.5
 
 
-def prepare(scores: int, threads: int | None = None) -> bool:
+def break_even(saving: tuple[float, float | None] | None) -> float:
+    """Scores per thread after which loading the loops has paid for itself: from ``saving``
+    (CPU seconds a score the loops save on one thread, seconds their loading took or None), as this
+    machine measured it (:func:`~vlr_plugins.eval._tile_calibration.count_saving`), the loading's
+    seconds (:data:`LOAD_SECONDS` where not timed) over the saving; infinite where the loops were
+    measured no faster; without a measurement :data:`NUMBA_FROM_PER_THREAD`."""
+    if saving is None:
+        return float(NUMBA_FROM_PER_THREAD)
+    per_score, load = saving
+    if not per_score > 0:
+        return math.inf
+    return (load if load is not None and load > 0 else LOAD_SECONDS) / per_score
+
+
+#: scores a thread this process has counted under ``auto`` before the loops were loaded (the
+#: "rent paid so far" of :func:`prepare`)
+_counted = 0.0
+
+
+def prepare(scores: int, threads: int | None = None,
+            saving: Callable[[], tuple[float, float | None] | None] | None = None) -> bool:
     """Before work of ``scores`` scores on ``threads`` CPU threads (default torch's): under
-    ``auto``, load and warm the loops where the work is large enough to repay it (see
-    :data:`NUMBA_FROM_PER_THREAD`) and numba imports; under ``numba``, always. Done here, before
-    any worker starts, so that no tile waits on a compilation. Returns :func:`enabled`."""
+    ``auto``, load and warm the loops once the scores a thread this process has counted, this
+    work's included, reach :func:`break_even` of ``saving()`` (this machine's measurement, read
+    only while the loops are not loaded; None: not measured) and numba imports; under ``numba``,
+    always. Done here, before any worker starts, so that no tile waits on a compilation.
+    Returns :func:`enabled`."""
+    global _counted
     wanted = setting()
     if wanted == "torch":
         return False
     if wanted == "auto" and not _loaded.is_set():
-        if scores < NUMBA_FROM_PER_THREAD * (threads or torch.get_num_threads()):
-            return False
+        with _LOCK:
+            _counted += scores / (threads or torch.get_num_threads())
+            if _counted < break_even(saving() if saving is not None else None):
+                return False
     return _warm() or wanted == "numba"
 
 
+def load_seconds() -> float | None:
+    """What loading the loops took in this process (import, first calls), or None where this
+    process has not loaded them."""
+    return _load_seconds
+
+
+_load_seconds: float | None = None
 _loaded = threading.Event()
 
 
 def _warm() -> bool:
     """Load the loops and run each once on a tiny tile (numba compiles, or reads its cache, per
     argument types on a first call): True where numba imports."""
+    global _load_seconds
+    start = time.perf_counter()
     kernels = _kernels()
     if kernels is None:
         return False
@@ -103,6 +156,7 @@ def _warm() -> bool:
             tile, counts = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
             for kernel in kernels.values():
                 kernel(tile.reshape(-1), 2, 2, 2, counts, counts.copy())
+            _load_seconds = time.perf_counter() - start
             _loaded.set()
     return True
 

@@ -36,12 +36,15 @@ import torch
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval import _count_kernels, _cpu_blas
 
-__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "ensure", "measure", "per_thread", "setting"]
+__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "count_saving", "ensure", "measure", "per_thread",
+           "setting"]
 
 #: the shares measured (scores per thread)
 CANDIDATES = tuple(2**k for k in range(17, 22))
 #: a measured share replaces the L2 rule's only when at most this fraction of its time
 _MARGIN = 0.97
+#: the suffix of a variant whose tiles numba's loops count (:func:`variant`)
+_NUMBA = "+numba"
 _ROUNDS = 3
 #: the calibration's matrix: items, texts (5 an item, as COCO's captions), D; ~0.2 s a run
 _SHAPE = (2048, 10240, 256)
@@ -76,7 +79,7 @@ def variant() -> str:
     ``+numba`` where numba's loop counts the tiles (:mod:`~vlr_plugins.eval._count_kernels`): the
     tile work, and so its best share, differs between them."""
     blas = _cpu_blas.choice()
-    return f"{blas}+numba" if _count_kernels.enabled() else blas
+    return f"{blas}{_NUMBA}" if _count_kernels.enabled() else blas
 
 
 def check_settings() -> None:
@@ -153,12 +156,49 @@ def ensure(scores: int, l2_share: int, engine: Callable[..., object]) -> None:
                 entry = dict(known)
             if not isinstance(entry.get("tile_elems"), dict):
                 entry["tile_elems"] = {}
-            entry["tile_elems"][blas] = {
-                "elems": elems, "l2_share": l2_share,
-                "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
+            record = {"elems": elems, "l2_share": l2_share,
+                      "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
+            if blas.endswith(_NUMBA) and _count_kernels.load_seconds() is not None:
+                record["load_s"] = _count_kernels.load_seconds()  # for count_saving
+            entry["tile_elems"][blas] = record
             data[key] = entry
             _cpu_blas._write_cache(path, data)  # where it cannot be written, this process still knows
     _known[(blas, l2_share)] = elems
+
+
+def count_saving() -> tuple[float, float | None] | None:
+    """What numba's counting loops save on this machine, for
+    :func:`~vlr_plugins.eval._count_kernels.prepare`'s choice: (CPU seconds a score on one thread,
+    the engine's fastest share without the loops less its fastest with them; the seconds loading
+    them took where timed, else None), both read from the calibrations of the tile BLAS
+    :func:`~vlr_plugins.eval._cpu_blas.choice` takes with and without them (:func:`ensure`); None
+    until both were measured (the one with the loops is, the first time a process here loads them
+    for work of at least :data:`CALIBRATE_FROM` scores)."""
+    blas = _cpu_blas.choice()
+    if blas not in _savings:
+        entry = _cpu_blas._read_cache(_cpu_blas._cache_file()).get(_cpu_blas._machine_key())
+        shares = entry.get("tile_elems") if isinstance(entry, dict) else None
+        plain, loops = ((shares or {}).get(name) if isinstance(shares, dict) else None
+                        for name in (blas, blas + _NUMBA))
+        seconds = [_fastest(found) for found in (plain, loops)]
+        if seconds[0] is None or seconds[1] is None:
+            return None  # not kept: read again next time (a calibration may add it)
+        load = loops.get("load_s")
+        _savings[blas] = (seconds[0] - seconds[1], float(load) if isinstance(load, (int, float)) else None)
+    return _savings[blas]
+
+
+def _fastest(record: object) -> float | None:
+    """The least seconds a score of a calibration record (its fastest share), or None."""
+    seconds = record.get("seconds_per_score") if isinstance(record, dict) else None
+    if not isinstance(seconds, dict):
+        return None
+    values = [v for v in seconds.values() if isinstance(v, (int, float)) and v > 0]
+    return min(values) if values else None
+
+
+#: tile BLAS -> :func:`count_saving`'s answer, once read
+_savings: dict[str, tuple[float, float | None]] = {}
 
 
 @contextlib.contextmanager
