@@ -100,5 +100,9 @@ def test_two_processes_clip_and_accumulate_as_one_process(strategy, runs):
         assert logged == pytest.approx(one_logged, rel=1e-5)
     one = weights(runs["tmp"] / "one" / "epoch_2.pth")
     assert final.keys() == one.keys()
-    assert max_diff(one, final, one) < TOL
-    assert losses(work) == pytest.approx(losses(runs["tmp"] / "one"), abs=TOL)
+    # the per-step losses beside a weights mismatch: the first step that differs (a ZeRO-3 run once
+    # ended 1.2e-3 off under CI load and passed on every rerun; its losses were not kept)
+    step_losses, one_losses = losses(work), losses(runs["tmp"] / "one")
+    diff = max_diff(one, final, one)
+    assert diff < TOL, f"weights {diff:.2e} from one process's; losses by step: {step_losses} against {one_losses}"
+    assert step_losses == pytest.approx(one_losses, abs=TOL)
