@@ -121,6 +121,31 @@ def test_auto_loads_the_loops_once_the_process_has_counted_enough_to_repay_them(
     assert seen[2:] == [[True, True], [True, True]] and same
 
 
+_MEASURED_CHILD = """
+import json, sys
+from vlr_plugins.eval import _count_kernels
+saving = json.loads(sys.argv[1])
+seen = [_count_kernels.prepare(int(scores), threads=1, saving=lambda: saving) for scores in sys.argv[2:]]
+print(json.dumps(seen + ["numba" in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize("saving, calls, expected", [
+    ((1e-9, 0.5), (4e8, 2e8), [False, True, True]),  # break-even 5e8: the second call's counting reaches it
+    ((-1e-10, 0.5), (2**40,), [False, False]),  # measured no faster: never, however large
+    # below 2^24 scores counted the measurement is not read (the cache file), from there it rules
+    ((1.0, 0.5), (2**23, 2**23), [False, True, True]),
+])
+def test_auto_weighs_the_machines_measured_saving(saving, calls, expected):
+    pytest.importorskip("numba")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("VLR_COUNT_KERNEL", None)
+    out = subprocess.run([sys.executable, "-c", _MEASURED_CHILD, json.dumps(saving), *(str(int(c)) for c in calls)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == expected
+
+
 def test_break_even_from_the_machines_measurement():
     assert _count_kernels.break_even(None) == _count_kernels.NUMBA_FROM_PER_THREAD
     assert _count_kernels.break_even((4e-10, 0.6)) == pytest.approx(0.6 / 4e-10)

@@ -111,6 +111,11 @@ def break_even(saving: tuple[float, float | None] | None) -> float:
 #: scores a thread this process has counted under ``auto`` before the loops were loaded (the
 #: "rent paid so far" of :func:`prepare`)
 _counted = 0.0
+#: below this many counted scores a thread the machine's measurement is not read (the cache file),
+#: :data:`NUMBA_FROM_PER_THREAD` rules: a measured break-even there would need the loops to save
+#: over 20 ns a score, more than the whole engine takes a score on one thread of any CPU measured
+#: (7 ns with its product, docs/benchmarks.md)
+_MEASURED_FROM = 2**24
 
 
 def prepare(scores: int, threads: int | None = None,
@@ -128,7 +133,8 @@ def prepare(scores: int, threads: int | None = None,
     if wanted == "auto" and not _loaded.is_set():
         with _LOCK:
             _counted += scores / (threads or torch.get_num_threads())
-            if _counted < break_even(saving() if saving is not None else None):
+            measured = saving() if saving is not None and _counted >= _MEASURED_FROM else None
+            if _counted < break_even(measured):
                 return False
     return _warm() or wanted == "numba"
 

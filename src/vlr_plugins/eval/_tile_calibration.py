@@ -108,9 +108,14 @@ def per_thread(l2_share: int, calibrate: bool = True) -> int:
     return l2_share if kept is None else kept
 
 
-def _kept_in(entry: object, blas: str, l2_share: int) -> int | None:
+def _records(entry: object) -> dict:
+    """A cache entry's calibration records by variant ({} where it holds none readable)."""
     shares = entry.get("tile_elems") if isinstance(entry, dict) else None
-    found = shares.get(blas) if isinstance(shares, dict) else None
+    return shares if isinstance(shares, dict) else {}
+
+
+def _kept_in(entry: object, blas: str, l2_share: int) -> int | None:
+    found = _records(entry).get(blas)
     if isinstance(found, dict) and found.get("l2_share") == l2_share and isinstance(found.get("elems"), int):
         return found["elems"]
     return None
@@ -176,15 +181,13 @@ def count_saving() -> tuple[float, float | None] | None:
     for work of at least :data:`CALIBRATE_FROM` scores)."""
     blas = _cpu_blas.choice()
     if blas not in _savings:
-        entry = _cpu_blas._read_cache(_cpu_blas._cache_file()).get(_cpu_blas._machine_key())
-        shares = entry.get("tile_elems") if isinstance(entry, dict) else None
-        plain, loops = ((shares or {}).get(name) if isinstance(shares, dict) else None
-                        for name in (blas, blas + _NUMBA))
-        seconds = [_fastest(found) for found in (plain, loops)]
-        if seconds[0] is None or seconds[1] is None:
+        records = _records(_cpu_blas._read_cache(_cpu_blas._cache_file()).get(_cpu_blas._machine_key()))
+        plain, loops = records.get(blas), records.get(blas + _NUMBA)
+        without, with_loops = _fastest(plain), _fastest(loops)
+        if without is None or with_loops is None:
             return None  # not kept: read again next time (a calibration may add it)
         load = loops.get("load_s")
-        _savings[blas] = (seconds[0] - seconds[1], float(load) if isinstance(load, (int, float)) else None)
+        _savings[blas] = (without - with_loops, float(load) if isinstance(load, (int, float)) else None)
     return _savings[blas]
 
 
