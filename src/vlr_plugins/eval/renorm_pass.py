@@ -88,21 +88,31 @@ def shifted_lse(terms: torch.Tensor, shift: float, dims: tuple[int, ...], n_cols
     :data:`~vlr_plugins.eval.renorm_keys.SLACK`), which is overwritten in place by
     ``exp2(terms - shift)``. ``again(dim, index)``: the scaled scores once more of the rows
     (``dim`` 1: (len(index), n_cols)) or the columns (``dim`` 0: (R, len(index))) whose sums are
-    below :data:`_LEAST_SUM`, summed again with their own maximum."""
+    below :data:`_LEAST_SUM`, summed again with their own maximum (in the order of ``dims``).
+
+    The sums of every dim share one float64 buffer, checked at once (its least and greatest:
+    below :data:`_LEAST_SUM`, infinite or NaN send it to the search for the rows or columns to
+    sum again) and taken to log2 in one call: the per-tile work outside the exponentials is a
+    few ATen calls, not a few per dim."""
     uniform_(terms.sub_(shift) if shift else terms, "exp2")
-    out = []
-    for dim in dims:
-        sums = with_slack(terms.shape[0] if dim == 1 else n_cols, dtype=torch.float64, device=terms.device)
-        sums.copy_(_sums(terms, dim, n_cols))
-        redo = (~(sums >= _LEAST_SUM) | ~torch.isfinite(sums)).nonzero().flatten()
-        lse = uniform_(sums, "log2")
-        if shift:
-            lse.add_(shift)
-        if len(redo):
-            part = again(dim, redo).contiguous()
-            lse[redo] = _lse_rows(with_slack(*part.shape, device=part.device), part, dim)
-        out.append(lse)
-    return out
+    sizes = [terms.shape[0] if dim == 1 else n_cols for dim in dims]
+    sums = with_slack(sum(sizes), dtype=torch.float64, device=terms.device)
+    parts = list(sums.split(sizes))
+    for dim, part in zip(dims, parts):
+        part.copy_(_sums(terms, dim, n_cols))
+    redo: list[torch.Tensor] = []
+    if sums.numel():
+        least, most = (float(x) for x in sums.aminmax())  # NaN: both NaN, so not "fine"
+        if not (least >= _LEAST_SUM and most < _INF):
+            redo = [(~(part >= _LEAST_SUM) | ~torch.isfinite(part)).nonzero().flatten() for part in parts]
+    uniform_(sums, "log2")
+    if shift:
+        sums.add_(shift)
+    for dim, part, index in zip(dims, parts, redo):
+        if len(index):
+            rows = again(dim, index).contiguous()
+            part[index] = _lse_rows(with_slack(*rows.shape, device=rows.device), rows, dim)
+    return parts
 
 
 def _product(rows: torch.Tensor, cols: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
