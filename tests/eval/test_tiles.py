@@ -200,3 +200,31 @@ def test_peak_memory_stays_within_the_documented_bound():
     peaks = {name: peak_allocated_bytes(call) for name, call in calls.items()}
 
     assert all(budget / 2 < peak <= bound for peak in peaks.values()), (peaks, bound)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_row_that_is_not_finite_is_named(bad):
+    """NaN or infinite embeddings give NaN scores, whose ranks nothing defines: every entry point
+    of the tiles refuses them, naming the side and the row."""
+    from vlr_plugins.eval import mine_hard_negatives
+    from vlr_plugins.eval.renorm import QueryBankNorm
+
+    g = torch.Generator().manual_seed(0)
+    items, texts, owner = torch.randn(6, 4, generator=g), torch.randn(30, 4, generator=g), torch.arange(30) // 5
+    texts[7, 2] = bad
+    with pytest.raises(ValueError, match="text_emb: row 7 of 30 is not finite"):
+        retrieval_recall(items, texts, owner)
+    texts[7, 2] = 0.5
+    items[4, 0] = bad
+    with pytest.raises(ValueError, match="item_emb: row 4 of 6 is not finite"):
+        retrieval_recall(items, texts, owner)
+    items[4, 0] = 0.5
+    bank = torch.randn(12, 4, generator=g)
+    bank[11, 3] = bad
+    with pytest.raises(ValueError, match="the query bank: row 11 of 12 is not finite"):
+        retrieval_recall(items, texts, owner, renorm=QueryBankNorm(text_bank=bank))
+    queries = texts.clone()
+    queries[2, 1] = bad
+    with pytest.raises(ValueError, match="query_emb: row 2 of 30 is not finite"):
+        mine_hard_negatives(queries, items, owner[:, None].tolist(), k=2)
+    assert retrieval_recall(items, texts, owner) == retrieval_recall(items, texts, owner)  # finite: fine

@@ -154,15 +154,21 @@ class UnitRows:
     """One side's embeddings (K, D) on ``device``, loaded into tile buffers with unit norm.
 
     Norms are computed in float32 a block of rows at a time, so the embeddings are never
-    copied whole in float32.
+    copied whole in float32. A row that is not finite (its norm NaN or infinite) is a
+    ``ValueError`` naming ``name`` and the row: its pairs' scores would be NaN and every rank
+    that meets them undefined.
     """
 
-    def __init__(self, emb: torch.Tensor, device: torch.device):
+    def __init__(self, emb: torch.Tensor, device: torch.device, name: str = "embeddings"):
         self.emb = emb.to(device)
         self.norm = torch.empty(len(emb), device=device)
         for start in range(0, len(emb), _NORM_ROWS):
             block = self.emb[start:start + _NORM_ROWS].float()
             self.norm[start:start + _NORM_ROWS] = torch.linalg.vector_norm(block, dim=1)
+        if len(emb) and not bool(torch.isfinite(self.norm).all()):
+            row = int((~torch.isfinite(self.norm)).nonzero()[0])
+            raise ValueError(f"{name}: row {row} of {len(emb)} is not finite (NaN or inf, or its float32 norm "
+                             "overflows): the scores of its pairs would be NaN")
         self.norm.clamp_min_(1e-12)  # as F.normalize
 
     def __len__(self) -> int:
@@ -194,7 +200,7 @@ class ScoreMatrix:
 
     def __init__(self, item_emb: torch.Tensor, text_emb: torch.Tensor, text_owner: torch.Tensor, *,
                  device: torch.device, max_chunk_bytes: int, chunk_size: int | None = None):
-        self.items, self.texts = UnitRows(item_emb, device), UnitRows(text_emb, device)
+        self.items, self.texts = UnitRows(item_emb, device, "item_emb"), UnitRows(text_emb, device, "text_emb")
         self.n_items, self.n_texts, self.dim = len(item_emb), len(text_emb), item_emb.shape[1]
         self.device, self.max_chunk_bytes, self.chunk_size = device, max_chunk_bytes, chunk_size
         # on CPU the tiles are shared among workers (_tile_workers): each gets a share of the budget

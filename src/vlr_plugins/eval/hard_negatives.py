@@ -156,7 +156,8 @@ class _Miner:
 
     def __init__(self, query_emb, gallery_emb, offsets, pos_indices, *, depth, margin, chunk_size, device,
                  max_chunk_bytes) -> None:
-        self.queries, self.gallery = UnitRows(query_emb, device), UnitRows(gallery_emb, device)
+        self.queries = UnitRows(query_emb, device, "query_emb")
+        self.gallery = UnitRows(gallery_emb, device, "gallery_emb")
         self.n_queries, self.n_gallery, self.dim = len(query_emb), len(gallery_emb), query_emb.shape[1]
         self.offsets, self.pos_indices = offsets, pos_indices.to(device)
         self.depth, self.margin, self.device = depth, margin, device

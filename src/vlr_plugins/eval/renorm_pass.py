@@ -154,17 +154,19 @@ def update_best(scores: torch.Tensor, dim: int, g0: int, best: torch.Tensor, ind
     (Their rows or columns gathered as a transposed view's rows and searched with
     :func:`tile_best` was 1.4-4.6x slower for 16 queries of a 256 x 2,048 tile: Zen 4.)"""
     value = scores.amax(dim)
-    maybe = torch.where(index > g0, value >= best, value > best).nonzero().flatten()
+    # a query improves with a higher maximum, or an equal one whose running best lies after the
+    # tile's first entry and so (the tile's entries not among them) after the whole tile
+    improves = torch.where(index > g0, value >= best, value > best)
+    maybe = improves.nonzero().flatten()
     if not len(maybe):
         return
+    # best = the higher of the two, whichever improves (an equal maximum leaves its value as it is)
+    torch.maximum(best, value, out=best)
     if len(maybe) > _FEW_QUERIES * len(value):
-        found, at = tile_best(scores, dim, work, positions, value)
-        merge_best(best, index, found, at + g0)
-        return
-    # every query of ``maybe`` improves: a higher maximum, or an equal one whose running best lies
-    # after the tile's first entry and so (the tile's entries not among them) after the whole tile
-    index[maybe] = scores.index_select(1 - dim, maybe).argmax(dim).add_(g0)
-    best[maybe] = value[maybe]
+        _, at = tile_best(scores, dim, work, positions, value)
+        torch.where(improves, at.add_(g0), index, out=index)
+    else:
+        index[maybe] = scores.index_select(1 - dim, maybe).argmax(dim).add_(g0)
 
 
 def tile_positions(n: int, device: torch.device) -> torch.Tensor:
@@ -298,7 +300,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
     keeps every bank query's running top k and every gallery entry's log-sum-exp of the tiles it
     visits; they are merged at the end (ties: the lower index, whatever order the tiles came in)."""
     device, n_gallery = matrix.device, len(gallery)
-    queries = UnitRows(bank, device)
+    queries = UnitRows(bank, device, "the query bank")
     n_queries, k = len(queries), min(k, n_gallery)
     rows, cols = tile_shape(n_queries, n_gallery, max_chunk_bytes=matrix.max_chunk_bytes // matrix.workers,
                             device=device, threads=1 if matrix.workers > 1 else None)
