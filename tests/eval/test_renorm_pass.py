@@ -91,11 +91,16 @@ def test_equal_columns_get_equal_bits_at_every_position(threads, cols):
     assert bool((col_lse == col_lse[0]).all()), "equal columns got different sums"
 
 
+@pytest.mark.parametrize("kernel", ["torch", "numba"])
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
-def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, order):
+def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, order, kernel, monkeypatch):
     """update_best over the tiles of a matrix with many exact ties (scores from a few values),
-    in any order of the tiles: each query's maximum and its lowest gallery index, as argmax."""
+    in any order of the tiles: each query's maximum and its lowest gallery index, as argmax; in
+    torch's operations and in numba's compiled loop (where numba is installed)."""
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("VLR_COUNT_KERNEL", kernel)
     g = torch.Generator().manual_seed(dim)
     queries, gallery, step = 37, 300, 64
     scores = torch.randint(0, 6, (queries, gallery), generator=g).float() / 5  # ties everywhere

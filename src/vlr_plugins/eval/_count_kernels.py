@@ -45,8 +45,8 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "break_even", "count", "enabled", "load_seconds", "prepare",
-           "setting"]
+__all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "best", "break_even", "count", "enabled", "load_seconds",
+           "prepare", "setting"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -160,8 +160,14 @@ def _warm() -> bool:
     with _LOCK:
         if not _loaded.is_set():
             tile, counts = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
-            for kernel in kernels.values():
-                kernel(tile.reshape(-1), 2, 2, 2, counts, counts.copy())
+            index = np.zeros(2, np.int64)
+            for name, kernel in kernels.items():
+                if name == "best_cols":
+                    kernel(tile.reshape(-1), 2, 2, 2, 0, counts.copy(), index.copy(), counts.copy(), index.copy())
+                elif name == "best_rows":
+                    kernel(tile.reshape(-1), 2, 2, 2, 0, counts.copy(), index.copy(), counts.copy())
+                else:
+                    kernel(tile.reshape(-1), 2, 2, 2, counts, counts.copy())
             _load_seconds = time.perf_counter() - start
             _loaded.set()
     return True
@@ -217,7 +223,34 @@ def _sources() -> dict[str, Callable[..., None]]:
             for j in range(n_cols):
                 counts[j] += row[j] == thresholds[j]
 
-    return {"rows_gt": rows_gt, "rows_eq": rows_eq, "cols_gt": cols_gt, "cols_eq": cols_eq}
+    # a tile's running top-1 (renorm_pass.update_best): each query's first maximum in the tile
+    # (rows: along each row, from its maximum ``peaks`` found by torch's vectorised amax; columns:
+    # down each column, kept in ``peaks`` / ``at``), taken where it beats the running best, or
+    # equals it while the running best lies after the tile's first entry (``g0``)
+    def best_rows(flat, n_rows, n_cols, stride, g0, best, index, peaks):
+        for i in range(n_rows):
+            m = peaks[i]
+            if m > best[i] or (m == best[i] and index[i] > g0):
+                row, j = flat[i * stride:i * stride + n_cols], 0
+                while row[j] != m:
+                    j += 1
+                best[i], index[i] = m, g0 + j
+
+    def best_cols(flat, n_rows, n_cols, stride, g0, best, index, peaks, at):
+        for j in range(n_cols):
+            peaks[j], at[j] = flat[j], 0
+        for i in range(1, n_rows):
+            row = flat[i * stride:i * stride + n_cols]
+            for j in range(n_cols):
+                if row[j] > peaks[j]:
+                    peaks[j], at[j] = row[j], i
+        for j in range(n_cols):
+            m = peaks[j]
+            if m > best[j] or (m == best[j] and index[j] > g0):
+                best[j], index[j] = m, g0 + at[j]
+
+    return {"rows_gt": rows_gt, "rows_eq": rows_eq, "cols_gt": cols_gt, "cols_eq": cols_eq,
+            "best_rows": best_rows, "best_cols": best_cols}
 
 
 _COMPARES = {torch.gt: "gt", torch.eq: "eq"}
@@ -249,4 +282,38 @@ def count(scores: torch.Tensor, thresholds: torch.Tensor, dim: int, counts: torc
     _loaded.set()  # VLR_COUNT_KERNEL=numba: loaded now, compiled at this first call if need be
     flat = torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy()
     kernel(flat, n_rows, n_cols, stride, thresholds.numpy().reshape(n_out), counts.numpy())
+    return True
+
+
+def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: torch.Tensor) -> bool:
+    """The running top-1 of :func:`~vlr_plugins.eval.renorm_pass.update_best` (its rules: the
+    first maximum of each query's row (``dim`` 1) or column (``dim`` 0) of the tile, taken where
+    it beats ``values`` / ``index``, or equals it while the running best lies after ``g0``) in a
+    compiled loop: one read of the tile down its columns, or torch's row maxima and a search for
+    them in the rows that improve; False (nothing done) where the loops do not apply (not
+    enabled, not a CPU float32 tile with unit column stride, running bests of another dtype or
+    layout)."""
+    if not enabled() or not scores.is_cpu or scores.dtype != torch.float32 or scores.dim() != 2:
+        return False
+    n_rows, n_cols = scores.shape
+    n_out = n_cols if dim == 0 else n_rows
+    if (values.dtype != torch.float32 or index.dtype != torch.int64 or values.shape != (n_out,)
+            or index.shape != (n_out,) or not (values.is_contiguous() and index.is_contiguous())
+            or not (values.is_cpu and index.is_cpu)):
+        return False
+    if n_rows == 0 or n_cols == 0:
+        return True
+    row_stride, col_stride = scores.stride()
+    stride = row_stride if n_rows > 1 else n_cols
+    if (n_cols > 1 and col_stride != 1) or stride < n_cols:
+        return False
+    kernels = _kernels()
+    _loaded.set()
+    flat = torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy()
+    if dim == 0:
+        kernels["best_cols"](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
+                             np.empty(n_cols, np.float32), np.empty(n_cols, np.int64))
+    else:
+        kernels["best_rows"](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
+                             scores.amax(1).numpy())
     return True

@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import torch
 
+from vlr_plugins.eval import _count_kernels
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
@@ -152,7 +153,11 @@ def update_best(scores: torch.Tensor, dim: int, g0: int, best: torch.Tensor, ind
     after the tile's first entry), in their rows or columns alone (``argmax``: the first maximal),
     or for the whole tile with :func:`tile_best` where they are many (a query's first tiles).
     (Their rows or columns gathered as a transposed view's rows and searched with
-    :func:`tile_best` was 1.4-4.6x slower for 16 queries of a 256 x 2,048 tile: Zen 4.)"""
+    :func:`tile_best` was 1.4-4.6x slower for 16 queries of a 256 x 2,048 tile: Zen 4.) Where
+    numba's loops are loaded (:mod:`~vlr_plugins.eval._count_kernels`), one compiled loop does it
+    by the same rules (:func:`~vlr_plugins.eval._count_kernels.best`)."""
+    if _count_kernels.best(scores, dim, g0, best, index):
+        return
     value = scores.amax(dim)
     # a query improves with a higher maximum, or an equal one whose running best lies after the
     # tile's first entry and so (the tile's entries not among them) after the whole tile
