@@ -274,15 +274,24 @@ def count(scores: torch.Tensor, thresholds: torch.Tensor, dim: int, counts: torc
         return False
     if n_rows == 0 or n_cols == 0:
         return True
-    row_stride, col_stride = scores.stride()
-    stride = row_stride if n_rows > 1 else n_cols
-    if (n_cols > 1 and col_stride != 1) or stride < n_cols:
+    if (rows := _flat_rows(scores)) is None:
         return False
     kernel = _kernels()[f"{'cols' if dim == 0 else 'rows'}_{_COMPARES[compare]}"]
     _loaded.set()  # VLR_COUNT_KERNEL=numba: loaded now, compiled at this first call if need be
-    flat = torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy()
+    flat, stride = rows
     kernel(flat, n_rows, n_cols, stride, thresholds.numpy().reshape(n_out), counts.numpy())
     return True
+
+
+def _flat_rows(scores: torch.Tensor) -> tuple[np.ndarray, int] | None:
+    """A non-empty (R, C) CPU tile's rows as one flat array (its first element to its last, the
+    gaps between rows included) and the rows' stride, or None where its columns are not adjacent."""
+    n_rows, n_cols = scores.shape
+    row_stride, col_stride = scores.stride()
+    stride = row_stride if n_rows > 1 else n_cols
+    if (n_cols > 1 and col_stride != 1) or stride < n_cols:
+        return None
+    return torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy(), stride
 
 
 def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: torch.Tensor) -> bool:
@@ -303,13 +312,11 @@ def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: t
         return False
     if n_rows == 0 or n_cols == 0:
         return True
-    row_stride, col_stride = scores.stride()
-    stride = row_stride if n_rows > 1 else n_cols
-    if (n_cols > 1 and col_stride != 1) or stride < n_cols:
+    if (rows := _flat_rows(scores)) is None:
         return False
     kernels = _kernels()
     _loaded.set()
-    flat = torch.as_strided(scores, ((n_rows - 1) * stride + n_cols,), (1,)).numpy()
+    flat, stride = rows
     if dim == 0:
         kernels["best_cols"](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
                              np.empty(n_cols, np.float32), np.empty(n_cols, np.int64))
