@@ -9,6 +9,8 @@ on a 228 x 1,136 tile on one Zen 5 core, 14 us a direction against 36 us (docs/b
 The counts are the same numbers either way — each compares the same float32 scores with the same
 float32 thresholds and adds 0 or 1 to the same float32 (float64) accumulators, exact below 2^24
 (2^53) — so the kernel changes no result, only the time; the tests run the engine both ways.
+Once loaded, the same module also keeps the running top-1 of the re-normalisations' passes in a
+compiled loop (:func:`best`, by :func:`~vlr_plugins.eval.renorm_pass.update_best`'s rules).
 
 Loading numba costs a process ~0.4 s (its own imports; ~1 s more the first time on a machine, to
 compile the loops, which its cache then keeps: beside this file, else its user-wide directory,
