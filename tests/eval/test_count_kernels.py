@@ -93,6 +93,138 @@ def test_tiles_that_are_not_the_loops_are_left_to_torch(numba_loops):
     assert torch.equal(counts, (scores > thresholds).sum(0).float())
 
 
+
+# the tile counters of the re-normalisations' grouped pass: whole arrays over 23 items x 70 texts,
+# one tile (items 5..16 x texts 20..56) counted at once against the engine's own torch steps a
+# channel at a time; thresholds are keys of the tile itself, so that every comparison meets exact
+# ties and a key one ulp off would change a count
+_N, _M, _ITEMS, _TEXTS = 23, 70, (5, 17), (20, 57)
+
+
+def _cosines(rows: int, cols: int, seed: int, layout: str = "contiguous") -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randint(-40, 41, (rows + 3, cols + 9), generator=g).float() / 50
+    return values[1:rows + 1, 2:cols + 2] if layout == "padded" else values[:rows, :cols].contiguous()
+
+
+def _thresholds(keys: torch.Tensor, dim: int, n: int, offset: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n,) thresholds of whole arrays whose tile part are keys of ``keys`` (one per column,
+    ``dim`` 0, or per row), and the next floats below them."""
+    g = torch.Generator().manual_seed(seed)
+    threshold = torch.randn(n, generator=g)
+    picks = torch.randint(0, keys.shape[dim], (keys.shape[1 - dim],), generator=g)
+    tile = keys[picks, torch.arange(keys.shape[1])] if dim == 0 else keys[torch.arange(keys.shape[0]), picks]
+    threshold[offset:offset + len(tile)] = tile
+    return threshold, torch.nextafter(threshold, torch.tensor(-math.inf))
+
+
+def _start(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(seed)).float()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "padded"])
+@pytest.mark.parametrize("before", [True, False])
+def test_the_dual_softmax_counter_counts_as_the_engines_torch_steps(numba_loops, monkeypatch, layout, before):
+    from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, with_slack
+
+    (a0, a1), (t0, t1) = _ITEMS, _TEXTS
+    full = _cosines(_N, _M, seed=1)
+    tau2 = 30.0 / math.log(2.0)
+    keys = DualSoftmaxKeys(30.0, torch.logsumexp(full * tau2 * math.log(2.0), 1) / math.log(2.0),
+                           torch.logsumexp(full * tau2 * math.log(2.0), 0) / math.log(2.0))
+    assert keys.shift is not None  # factored: the counter's case
+    scores = _cosines(a1 - a0, t1 - t0, seed=2, layout=layout)
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")  # the reference: the engine's steps in torch
+    spare = with_slack(*scores.shape)
+    t2i = keys.t2i_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
+    i2t = keys.i2t_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
+    cols = (*_thresholds(t2i, 0, _M, t0, seed=3), _start(_M, 4))
+    rows = (*_thresholds(i2t, 1, _N, a0, seed=5), _start(_N, 6))
+    expected_cols, expected_rows = cols[2].clone(), rows[2].clone()
+    expected_cols[t0:t1] += (t2i > cols[1 if before else 0][t0:t1]).sum(0)
+    expected_rows[a0:a1] += (i2t > rows[0 if before else 1][a0:a1, None]).sum(1)
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")
+
+    counter = keys.tile_counter([cols], [rows], {})
+    assert counter is not None
+    assert counter(scores, with_slack(*scores.shape), a0, t0, before) is True
+
+    assert torch.equal(cols[2], expected_cols)
+    assert torch.equal(rows[2], expected_rows)
+    assert keys.tile_counter([cols], [rows], {"t2i": (torch.zeros(_M), torch.zeros(_M, dtype=torch.long))}) is None
+
+
+def _running_best(n: int, offset: int, tile_best: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running bests of whole arrays: below, equal to (ties, with the best before or after the
+    tile) and above the tile's own maxima."""
+    g = torch.Generator().manual_seed(seed)
+    best, index = torch.randn(n, generator=g), torch.randint(0, 200, (n,), generator=g)
+    case = torch.arange(len(tile_best)) % 4
+    best[offset:offset + len(tile_best)] = torch.where(case == 0, tile_best - 0.5,
+                                                       torch.where(case == 3, tile_best + 0.5, tile_best))
+    return best, index
+
+
+@pytest.mark.parametrize("banks", ["texts", "items", "both"])
+@pytest.mark.parametrize("before", [True, False])
+def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(numba_loops, monkeypatch, banks, before):
+    from vlr_plugins.eval.renorm_keys import QueryBankChoice
+    from vlr_plugins.eval.renorm_pass import update_best
+
+    (a0, a1), (t0, t1) = _ITEMS, _TEXTS
+    g = torch.Generator().manual_seed(7)
+    bank_of = {"t2i": (torch.randn(_N, generator=g) * 3, torch.rand(_N, generator=g) > 0.5),
+               "i2t": (torch.randn(_M, generator=g) * 3, torch.rand(_M, generator=g) > 0.5)}
+    choice = QueryBankChoice(20.0, bank_of["t2i"] if banks != "items" else None,
+                             bank_of["i2t"] if banks != "texts" else None)
+    scores = _cosines(a1 - a0, t1 - t0, seed=8, layout="padded")
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")  # the reference: the engine's steps in torch
+    channels, expected, top1, expected_top1 = {}, {}, {}, {}
+    for d, dim, n, q0, q1, g0 in (("t2i", 0, _M, t0, t1, a0), ("i2t", 1, _N, a0, a1, t0)):
+        channels[d], expected[d] = [], []
+        for k, alternative in enumerate(choice.alternatives(d)):
+            spare = torch.empty_like(scores)
+            keys = scores if alternative is None else getattr(alternative, f"{d}_tile")(scores, _ITEMS, _TEXTS, spare, None)
+            at, down = _thresholds(keys, dim, n, q0, seed=10 * dim + k)
+            start = _start(n, seed=20 + 10 * dim + k)
+            used = (down if before else at) if d == "t2i" else (at if before else down)
+            total = start.clone()
+            total[q0:q1] += (keys > (used[q0:q1] if dim == 0 else used[q0:q1, None])).sum(dim)
+            channels[d].append((at, down, start))
+            expected[d].append(total)
+        if len(channels[d]) > 1:
+            top1[d] = _running_best(n, q0, scores.amax(dim), seed=30 + dim)
+            best, index = (x.clone() for x in top1[d])
+            update_best(scores, dim, g0, best[q0:q1], index[q0:q1], torch.empty_like(scores),
+                        torch.arange(1, 200, dtype=torch.float32))
+            expected_top1[d] = (best, index)
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")
+
+    counter = choice.tile_counter(channels["t2i"], channels["i2t"], top1)
+    assert counter is not None
+    assert counter(scores, None, a0, t0, before) is True
+
+    for d in ("t2i", "i2t"):
+        for (_, _, counts), total in zip(channels[d], expected[d]):
+            assert torch.equal(counts, total), d
+    for d, (best, index) in expected_top1.items():
+        assert torch.equal(top1[d][0], best) and torch.equal(top1[d][1], index), d
+    assert set(top1) == ({"t2i"} if banks == "texts" else {"i2t"} if banks == "items" else {"t2i", "i2t"})
+
+
+def test_the_tile_counters_are_not_made_without_the_loops_or_for_arrays_not_theirs(monkeypatch):
+    from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankChoice
+
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")
+    channel = (torch.zeros(4), torch.zeros(4), torch.zeros(4))
+    assert DualSoftmaxKeys(10.0, torch.zeros(4), torch.zeros(4)).tile_counter([channel], [channel], {}) is None
+    assert QueryBankChoice(10.0, None, None).tile_counter([channel], [channel], {}) is None
+    pytest.importorskip("numba")
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")  # loaded, but arrays that are not theirs
+    doubles = (torch.zeros(4, dtype=torch.float64),) * 3
+    assert DualSoftmaxKeys(10.0, torch.zeros(4), torch.zeros(4)).tile_counter([doubles], [channel], {}) is None
+    assert QueryBankChoice(10.0, None, None).tile_counter([channel], [(torch.zeros(8)[::2], *channel[1:])], {}) is None
+
 _CHILD = """
 import json, sys, torch
 from vlr_plugins.eval import _count_kernels, retrieval_recall

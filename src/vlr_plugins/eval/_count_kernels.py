@@ -10,7 +10,12 @@ The counts are the same numbers either way — each compares the same float32 sc
 float32 thresholds and adds 0 or 1 to the same float32 (float64) accumulators, exact below 2^24
 (2^53) — so the kernel changes no result, only the time; the tests run the engine both ways.
 Once loaded, the same module also keeps the running top-1 of the re-normalisations' passes in a
-compiled loop (:func:`best`, by :func:`~vlr_plugins.eval.renorm_pass.update_best`'s rules).
+compiled loop (:func:`best`, by :func:`~vlr_plugins.eval.renorm_pass.update_best`'s rules), and
+counts every channel of an off-diagonal tile of their grouped rank pass in one read of it
+(:func:`dual_softmax_counter`, :func:`query_bank_counter`: the keys made on the fly by the same
+float32 operations as torch's element-wise steps, each rounded once as there, so again the same
+counts and top-1s; the dual softmax's exponentials stay torch's, whose vector code gives equal
+scores equal keys).
 
 Loading numba costs a process ~0.4 s (its own imports; ~1 s more the first time on a machine, to
 compile the loops, which its cache then keeps: beside this file, else its user-wide directory,
@@ -47,8 +52,8 @@ import torch
 
 from vlr_plugins.errors import ConfigError
 
-__all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "best", "break_even", "count", "enabled", "load_seconds",
-           "prepare", "setting"]
+__all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "BankSide", "Channel", "TileCounter", "best", "break_even", "count",
+           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "setting"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -161,29 +166,23 @@ def _warm() -> bool:
         return False
     with _LOCK:
         if not _loaded.is_set():
-            tile, counts = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
-            index = np.zeros(2, np.int64)
-            for name, kernel in kernels.items():
-                if name == "best_cols":
-                    kernel(tile.reshape(-1), 2, 2, 2, 0, counts.copy(), index.copy(), counts.copy(), index.copy())
-                elif name == "best_rows":
-                    kernel(tile.reshape(-1), 2, 2, 2, 0, counts.copy(), index.copy(), counts.copy())
-                else:
-                    kernel(tile.reshape(-1), 2, 2, 2, counts, counts.copy())
+            for kernel, sample in kernels.values():
+                kernel(*sample())
             _load_seconds = time.perf_counter() - start
             _loaded.set()
     return True
 
 
 @functools.lru_cache(maxsize=1)
-def _kernels() -> dict[str, Callable[..., None]] | None:
-    """The compiled loops by name, or None where numba does not import."""
+def _kernels() -> dict[str, tuple[Callable[..., None], Callable[[], tuple]]] | None:
+    """The compiled loops by name, each with a maker of arguments for a first call on a tiny tile
+    (:func:`_warm`), or None where numba does not import."""
     try:
         import numba
     except ImportError:
         return None
     with _LOCK:
-        return {name: _jit(numba, fn) for name, fn in _sources().items()}
+        return {name: (_jit(numba, fn), sample) for name, (fn, sample) in _sources().items()}
 
 
 def _jit(numba: Any, fn: Callable[..., None]) -> Callable[..., None]:
@@ -251,8 +250,106 @@ def _sources() -> dict[str, Callable[..., None]]:
             if m > best[j] or (m == best[j] and index[j] > g0):
                 best[j], index[j] = m, g0 + at[j]
 
-    return {"rows_gt": rows_gt, "rows_eq": rows_eq, "cols_gt": cols_gt, "cols_eq": cols_eq,
-            "best_rows": best_rows, "best_cols": best_cols}
+    # the dual softmax's factored keys (renorm_keys.DualSoftmaxKeys) of a tile: its exponents
+    # ``s tau2 - c`` (then torch's exp2, whose vector code keeps equal scores' keys equal), then in
+    # one read of the scores and their exponentials both directions' keys ``p f`` (``p = e s``,
+    # ``f`` the item's factor for text-to-image, the text's for image-to-text) compared and
+    # counted as torch's element-wise products would be: each a float32 product rounded once.
+    # The per-item and per-text arrays are whole, read from the tile's first item ``a0`` and text ``t0``
+    def dsl_exponents(flat, n_rows, n_cols, stride, tau2, shift, out, out_stride):
+        for i in range(n_rows):
+            row, dst = flat[i * stride:i * stride + n_cols], out[i * out_stride:i * out_stride + n_cols]
+            for j in range(n_cols):
+                dst[j] = row[j] * tau2 - shift
+
+    def dsl_counts(flat, n_rows, n_cols, stride, exps, exp_stride, a0, t0, item_factor, text_factor,
+                   col_thresholds, col_counts, row_thresholds, row_counts):
+        t1 = t0 + n_cols
+        tf, ct, cc = text_factor[t0:t1], col_thresholds[t0:t1], col_counts[t0:t1]
+        for i in range(n_rows):
+            row, e = flat[i * stride:i * stride + n_cols], exps[i * exp_stride:i * exp_stride + n_cols]
+            f, t, acc = item_factor[a0 + i], row_thresholds[a0 + i], one(0)
+            for j in range(n_cols):
+                p = e[j] * row[j]
+                cc[j] += p * f > ct[j]
+                acc += one(p * tf[j] > t)
+            row_counts[a0 + i] += acc
+
+    # QB-Norm's tile (renorm_keys.QueryBankChoice) in one read: each direction counted under
+    # its raw scores and, with a bank, under the normalised keys ``s beta2 - log2 Z`` (torch's
+    # two roundings: the product, then the difference), whose queries' raw top-1s it keeps
+    # (update_best's rules, as best_cols / best_rows); whole arrays read from ``a0`` / ``t0``
+    def query_bank_counts(flat, n_rows, n_cols, stride, beta2, a0, t0,
+                          c_raw, c_raw_counts, c_bank, c_log_z, c_norm, c_norm_counts, c_best, c_index, c_peak, c_at,
+                          r_raw, r_raw_counts, r_bank, r_log_z, r_norm, r_norm_counts, r_best, r_index):
+        t1 = t0 + n_cols
+        cr, crc = c_raw[t0:t1], c_raw_counts[t0:t1]
+        if c_bank:
+            cn, cnc = c_norm[t0:t1], c_norm_counts[t0:t1]
+            for j in range(n_cols):
+                c_peak[j], c_at[j] = flat[j], 0
+        if r_bank:
+            rz = r_log_z[t0:t1]
+        for i in range(n_rows):
+            row, t, acc = flat[i * stride:i * stride + n_cols], r_raw[a0 + i], one(0)
+            if c_bank:
+                z = c_log_z[a0 + i]
+                for j in range(n_cols):
+                    v = row[j]
+                    crc[j] += v > cr[j]
+                    cnc[j] += v * beta2 - z > cn[j]
+                    better = v > c_peak[j]
+                    c_peak[j] = v if better else c_peak[j]
+                    c_at[j] = i if better else c_at[j]
+                    acc += one(v > t)
+            else:
+                for j in range(n_cols):
+                    v = row[j]
+                    crc[j] += v > cr[j]
+                    acc += one(v > t)
+            r_raw_counts[a0 + i] += acc
+            if r_bank:
+                t, acc, m = r_norm[a0 + i], one(0), row[0]
+                for j in range(n_cols):
+                    v = row[j]
+                    acc += one(v * beta2 - rz[j] > t)
+                    m = max(m, v)
+                r_norm_counts[a0 + i] += acc
+                if m > r_best[a0 + i] or (m == r_best[a0 + i] and r_index[a0 + i] > t0):
+                    j = 0
+                    while row[j] != m:
+                        j += 1
+                    r_best[a0 + i], r_index[a0 + i] = m, t0 + j
+        if c_bank:
+            for j in range(n_cols):
+                m = c_peak[j]
+                if m > c_best[t0 + j] or (m == c_best[t0 + j] and c_index[t0 + j] > a0):
+                    c_best[t0 + j], c_index[t0 + j] = m, a0 + c_at[j]
+
+    def tile() -> np.ndarray:
+        return np.zeros(4, np.float32)
+
+    def floats() -> np.ndarray:
+        return np.zeros(2, np.float32)
+
+    def ints() -> np.ndarray:
+        return np.zeros(2, np.int64)
+
+    def counting() -> tuple:
+        return tile(), 2, 2, 2, floats(), floats()
+
+    def top1() -> tuple:
+        return tile(), 2, 2, 2, 0, floats(), ints(), floats()
+
+    scalar = np.float32(1)
+    return {"rows_gt": (rows_gt, counting), "rows_eq": (rows_eq, counting), "cols_gt": (cols_gt, counting),
+            "cols_eq": (cols_eq, counting), "best_rows": (best_rows, top1),
+            "best_cols": (best_cols, lambda: (*top1(), ints())),
+            "dsl_exponents": (dsl_exponents, lambda: (tile(), 2, 2, 2, scalar, scalar, tile(), 2)),
+            "dsl_counts": (dsl_counts, lambda: (tile(), 2, 2, 2, tile(), 2, 0, 0, *(floats() for _ in range(6)))),
+            "query_bank_counts": (query_bank_counts, lambda: (
+                tile(), 2, 2, 2, scalar, 0, 0, floats(), floats(), True, *(floats() for _ in range(4)), ints(),
+                floats(), ints(), floats(), floats(), True, *(floats() for _ in range(4)), ints()))}
 
 
 _COMPARES = {torch.gt: "gt", torch.eq: "eq"}
@@ -278,7 +375,7 @@ def count(scores: torch.Tensor, thresholds: torch.Tensor, dim: int, counts: torc
         return True
     if (rows := _flat_rows(scores)) is None:
         return False
-    kernel = _kernels()[f"{'cols' if dim == 0 else 'rows'}_{_COMPARES[compare]}"]
+    kernel = _kernels()[f"{'cols' if dim == 0 else 'rows'}_{_COMPARES[compare]}"][0]
     _loaded.set()  # VLR_COUNT_KERNEL=numba: loaded now, compiled at this first call if need be
     flat, stride = rows
     kernel(flat, n_rows, n_cols, stride, thresholds.numpy().reshape(n_out), counts.numpy())
@@ -320,9 +417,125 @@ def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: t
     _loaded.set()
     flat, stride = rows
     if dim == 0:
-        kernels["best_cols"](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
+        kernels["best_cols"][0](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
                              np.empty(n_cols, np.float32), np.empty(n_cols, np.int64))
     else:
-        kernels["best_rows"](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
+        kernels["best_rows"][0](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
                              scores.amax(1).numpy())
     return True
+
+
+
+def _vector(t: torch.Tensor, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> np.ndarray:
+    """A contiguous 1-D CPU tensor of one of ``dtypes`` as numpy (sharing its memory), else
+    :class:`_NotTheirs` (a tensor on an accelerator: its tiles are not the loops')."""
+    if t.dtype not in dtypes or t.dim() != 1 or not t.is_contiguous() or not t.is_cpu:
+        raise _NotTheirs
+    return t.numpy()
+
+
+class _NotTheirs(Exception):
+    """An array the compiled loops do not take (:func:`_vector`)."""
+
+
+def _counts(t: torch.Tensor) -> np.ndarray:
+    return _vector(t, _COUNTS_DTYPES)
+
+
+#: a channel of the grouped pass for the tile counters: (its thresholds, the next floats below
+#: them, the counts added to), whole arrays over the direction's queries
+Channel = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: a tile counter: (scores (R, C), spare (R, C), first item, first text, whether the tile's items
+#: come before its texts' owners) -> whether it counted the tile (else nothing done)
+TileCounter = Callable[[torch.Tensor, torch.Tensor | None, int, int, bool], bool]
+
+
+def _tile_rows(scores: torch.Tensor) -> tuple[np.ndarray, int] | None:
+    """:func:`_flat_rows` of a CPU float32 tile, or None (nothing to do: empty; not applicable)."""
+    if not scores.is_cpu or scores.dtype != torch.float32 or scores.dim() != 2 or 0 in scores.shape:
+        return None
+    return _flat_rows(scores)
+
+
+def dual_softmax_counter(tau2: float, shift: float, factors: tuple[torch.Tensor, torch.Tensor], cols: Channel,
+                         rows: Channel, exp2: Callable[[torch.Tensor], object]) -> TileCounter | None:
+    """A counter of both directions of a tile under the factored dual-softmax keys
+    (:class:`~vlr_plugins.eval.renorm_keys.DualSoftmaxKeys`): two compiled loops, with ``exp2``
+    (in place, on the spare buffer: the keys' own exponential) between them; ``cols`` the texts'
+    channel (text-to-image keys ``p item_factor``, counted down the columns), ``rows`` the items'
+    (image-to-text keys ``p text_factor``, along the rows), ``factors`` = (item factors (N,),
+    text factors (M,)). Each key and comparison is the float32 operation torch's element-wise
+    steps make, so the counts are theirs. None where numba's loops are not loaded or the arrays
+    are not theirs (another device or dtype)."""
+    if not enabled():
+        return None
+    kernels = _kernels()
+    exponents, counts = kernels["dsl_exponents"][0], kernels["dsl_counts"][0]
+    try:
+        item_factor, text_factor = (_vector(f) for f in factors)
+        (c_at, c_down, c_counts), (r_at, r_down, r_counts) = ((_vector(a), _vector(b), _counts(c)) for a, b, c in (cols, rows))
+    except _NotTheirs:
+        return None
+    tau2_, shift_ = np.float32(tau2), np.float32(shift)
+
+    def count(scores: torch.Tensor, spare: torch.Tensor | None, a0: int, t0: int, before: bool) -> bool:
+        if spare is None or spare.shape != scores.shape or (tile := _tile_rows(scores)) is None:
+            return False
+        if (out := _flat_rows(spare)) is None:
+            return False
+        (s, stride), (e, e_stride), (n_rows, n_cols) = tile, out, scores.shape
+        exponents(s, n_rows, n_cols, stride, tau2_, shift_, e, e_stride)
+        exp2(spare)
+        counts(s, n_rows, n_cols, stride, e, e_stride, a0, t0, item_factor, text_factor,
+               c_down if before else c_at, c_counts, r_at if before else r_down, r_counts)
+        return True
+
+    return count
+
+
+#: a query bank's side for :func:`query_bank_counter`: (log2 Z over the other side's gallery,
+#: the normalised keys' channel, the raw running best of its queries, its index)
+BankSide = tuple[torch.Tensor, Channel, torch.Tensor, torch.Tensor]
+
+_NO_FLOATS, _NO_INTS = np.zeros(0, np.float32), np.zeros(0, np.int64)
+
+
+def query_bank_counter(beta2: float, cols: tuple[Channel, BankSide | None],
+                       rows: tuple[Channel, BankSide | None]) -> TileCounter | None:
+    """A counter of QB-Norm's channels of a tile (:class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`)
+    in one compiled read of it: ``cols`` for the texts (text-to-image, down the columns), ``rows``
+    for the items (image-to-text, along the rows), each (its raw channel, its bank's side or None);
+    a bank's side counts the normalised keys ``s beta2 - log2 Z`` (Z of the items for the texts,
+    of the texts for the items) and keeps its queries' raw running top-1 as
+    :func:`~vlr_plugins.eval.renorm_pass.update_best`. The same float32 keys and comparisons as
+    torch's element-wise steps, so the same counts and top-1s. None where numba's loops are not
+    loaded or the arrays are not theirs (another device or dtype)."""
+    if not enabled():
+        return None
+    kernel = _kernels()["query_bank_counts"][0]
+    no_bank = (False, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS, _NO_INTS)
+    sides = []  # per side: its arguments with the thresholds, with the next floats below them
+    try:
+        for raw, bank in (cols, rows):
+            at, down, counts = _vector(raw[0]), _vector(raw[1]), _counts(raw[2])
+            if bank is None:
+                sides.append(((at, counts, *no_bank), (down, counts, *no_bank)))
+                continue
+            log_z, (n_at, n_down, n_counts), best_, index = bank
+            z, n_counts, best_, index = _vector(log_z), _counts(n_counts), _vector(best_), _vector(index, (torch.int64,))
+            sides.append(((at, counts, True, z, _vector(n_at), n_counts, best_, index),
+                          (down, counts, True, z, _vector(n_down), n_counts, best_, index)))
+    except _NotTheirs:
+        return None
+    beta2_, col_bank = np.float32(beta2), cols[1] is not None
+
+    def count(scores: torch.Tensor, spare: torch.Tensor | None, a0: int, t0: int, before: bool) -> bool:
+        if (tile := _tile_rows(scores)) is None:
+            return False
+        (s, stride), (n_rows, n_cols) = tile, scores.shape
+        peaks = (np.empty(n_cols, np.float32), np.empty(n_cols, np.int64)) if col_bank else (_NO_FLOATS, _NO_INTS)
+        # items before the texts' owners: the texts' counts take >= (the next float below), the items' >
+        kernel(s, n_rows, n_cols, stride, beta2_, a0, t0, *sides[0][before], *peaks, *sides[1][not before])
+        return True
+
+    return count

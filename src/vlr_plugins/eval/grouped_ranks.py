@@ -28,6 +28,7 @@ from itertools import pairwise
 
 import torch
 
+from vlr_plugins.eval._count_kernels import TileCounter
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import (
@@ -134,6 +135,7 @@ class _Worker:
         self.top1 = {d: (torch.full((sizes[d][0],), -_INF, device=device),
                          torch.full((sizes[d][0],), sizes[d][1], dtype=torch.long, device=device))
                      for d, wanted in top1.items() if wanted}
+        self.counter: TileCounter | None = None  # the keys' own count of every channel of a tile, if any
         self.loaded = -1  # the text block in text_rows
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # (items, texts) -> score's buffer views
 
@@ -186,7 +188,9 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     a query whose threshold is not ``keys.safe`` is ranked row-wise with the same keys. With a
     :class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`, a direction with a bank is counted
     under each of its alternatives (one channel each) and every query's raw top-1 is found in
-    the same tiles; each query then takes its alternative's rank."""
+    the same tiles; each query then takes its alternative's rank. Where the keys offer a
+    ``tile_counter`` (numba's loops loaded; no ``pair_ranks``), an off-diagonal tile's channels
+    and top-1s are counted by it in one read of the tile."""
     device = matrix.device
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
@@ -240,6 +244,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
                 continue
             a0, a1 = items[r]
             scores, work, spare = worker.score((a0, a1), (t0, t1))
+            if worker.counter is not None and worker.counter(scores, spare, a0, t0, r < c):
+                continue
             worker.track_top1(scores, work, (a0, a1), (t0, t1), positions)
             for channel, ahead, pair_counts in zip(channels, worker.ahead, worker.pair_counts):
                 tile = channel.tile(scores, (a0, a1), (t0, t1), spare, work)
@@ -258,6 +264,12 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         # ">= x" is "> the next float below x"
         for channel in channels:
             channel.down = torch.nextafter(channel.threshold, torch.tensor(-_INF, device=device))
+        # the keys' own counting of every channel of a tile at once, where they have one (no pair counts)
+        if hasattr(keys, "tile_counter") and not pair_ranks:
+            for worker in workers:
+                sides = ([(ch.threshold, ch.down, ahead) for ch, ahead in zip(channels, worker.ahead) if ch.direction == d]
+                         for d in ("t2i", "i2t"))
+                worker.counter = keys.tile_counter(*sides, worker.top1)
         # each column in parts of about equal work, so that the workers finish together
         parts = PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
         tasks = [(c, rows) for c in range(len(texts)) for rows in split_range(len(items), parts)]

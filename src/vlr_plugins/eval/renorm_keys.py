@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from vlr_plugins.eval import _count_kernels
+
 __all__ = ["DualSoftmaxKeys", "QueryBankChoice", "QueryBankKeys", "uniform_", "with_slack"]
 
 _LN2 = math.log(2.0)
@@ -152,6 +154,21 @@ class DualSoftmaxKeys:
             return _dsl_key(scores, self.tau2, self.text_lse[texts[0]:texts[1]], spare)
         return torch.mul(spare, self.text_factor[texts[0]:texts[1]], out=scores)
 
+    def tile_counter(self, cols: list[_count_kernels.Channel], rows: list[_count_kernels.Channel],
+                     top1: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> _count_kernels.TileCounter | None:
+        """A counter of both directions of the grouped pass's off-diagonal tiles at once, without
+        writing their keys: ``cols`` = [the texts' channel] (text-to-image keys compared down the
+        columns), ``rows`` = [the items'] (image-to-text, along the rows), added to as
+        :meth:`t2i_tile` / :meth:`i2t_tile` and ``count_above`` would (the spare buffer
+        overwritten). Where numba's loops are loaded and the keys are factored
+        (:func:`~vlr_plugins.eval._count_kernels.dual_softmax_counter`: one read of a tile for
+        both directions' keys and counts instead of four element-wise passes and two counting
+        ones); None elsewhere."""
+        if self.shift is None or top1:
+            return None
+        return _count_kernels.dual_softmax_counter(self.tau2, self.shift, (self.item_factor, self.text_factor),
+                                                   *cols, *rows, lambda t: uniform_(t, "exp2"))
+
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries`` (a new tensor)."""
         out = with_slack(*scores.shape, device=scores.device)
@@ -248,6 +265,20 @@ class QueryBankChoice:
             return [None]
         every = (bank[0], None)
         return [None, QueryBankKeys(self.beta, *((every, None) if direction == "t2i" else (None, every)))]
+
+    def tile_counter(self, cols: list[_count_kernels.Channel], rows: list[_count_kernels.Channel],
+                     top1: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> _count_kernels.TileCounter | None:
+        """A counter of every channel of the grouped pass's off-diagonal tiles (``cols``: the
+        texts' channels in :meth:`alternatives`' order, ``rows``: the items') with the raw
+        top-1s ``top1`` (direction -> (best, index) of its queries) of the directions with a
+        bank, as the pass would count and track them one by one, in one compiled read of a tile
+        where numba's loops are loaded (:func:`~vlr_plugins.eval._count_kernels.query_bank_counter`);
+        None elsewhere."""
+        sides = []
+        for direction, channels in (("t2i", cols), ("i2t", rows)):
+            bank = self.t2i if direction == "t2i" else self.i2t
+            sides.append((channels[0], None if bank is None else (bank[0], channels[1], *top1[direction])))
+        return _count_kernels.query_bank_counter(self.beta / _LN2, *sides)
 
     def choose(self, direction: str, top1: torch.Tensor) -> torch.Tensor:
         """(Q,) whether each query is normalised, from its raw top-1 gallery entry (Q,)."""
