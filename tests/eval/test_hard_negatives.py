@@ -75,6 +75,16 @@ def tied_problem(n_queries=50, n_gallery=400, seed=1):
     return queries, gallery, positives
 
 
+@pytest.fixture(params=["torch", "numba"])
+def loops(request, monkeypatch):
+    """The miner's lists kept by torch's block maxima and merges, or by numba's compiled loop
+    (``VLR_COUNT_KERNEL``)."""
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("VLR_COUNT_KERNEL", request.param)
+    return request.param
+
+
 TILINGS = [
     dict(),  # one tile
     dict(max_chunk_bytes=2048),  # 8 queries x 32 gallery entries: many tiles and merges
@@ -100,7 +110,7 @@ def test_any_tiling_gives_the_reference(cpu_blas, problem, tiling, window):
 
 @pytest.mark.parametrize("tiling", TILINGS)
 @pytest.mark.parametrize("margin", [0.0, 0.25, -0.125])
-def test_margin_on_exact_ties(tiling, margin):
+def test_margin_on_exact_ties(loops, tiling, margin):
     """Scores are multiples of 1/8: many candidates lie exactly on the margin's bound and
     must be kept (score <= lowest positive - margin)."""
     queries, gallery, positives = tied_problem()
@@ -109,7 +119,7 @@ def test_margin_on_exact_ties(tiling, margin):
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.1])
-def test_margin_on_random_data(margin):
+def test_margin_on_random_data(loops, margin):
     queries, gallery, positives = random_problem()
     positives = [p or [q] for q, p in enumerate(positives)]  # a margin needs a positive
     for tiling in TILINGS:
@@ -117,7 +127,7 @@ def test_margin_on_random_data(margin):
         assert_matches(result, queries, gallery, positives, k=8, margin=margin)
 
 
-def test_scored_again_in_the_main_tiles_gives_the_reference():
+def test_scored_again_in_the_main_tiles_gives_the_reference(loops):
     """The path of a query whose positive scores differed between two products: its
     positives scored in the main pass's own tiles first."""
     queries, gallery, positives = tied_problem()
@@ -133,7 +143,7 @@ def test_scored_again_in_the_main_tiles_gives_the_reference():
         assert [j for j in miner.top_idx[q, 1:].tolist() if j >= 0] == row
 
 
-def test_more_than_available():
+def test_more_than_available(loops):
     """k beyond what is left: -1 and nan after the last, counts say how many."""
     queries, gallery, positives = tied_problem(n_queries=9, n_gallery=20)
     result = mine_hard_negatives(queries, gallery, positives, k=30, range_min=4, max_chunk_bytes=1024)
@@ -240,10 +250,11 @@ def test_equals_sentence_transformers(window):
 
 @pytest.mark.parametrize("pending", [1, 100, 10**9])  # merged after every tile, every few, once per block
 @pytest.mark.parametrize("margin", [None, 0.125])
-def test_deferred_merges_keep_the_tie_rule(pending, margin):
+def test_deferred_merges_keep_the_tie_rule(monkeypatch, pending, margin):
     """The blocks read from several tiles are held and merged into the lists at once:
     exact ties (duplicated gallery halves, scores multiples of 1/8) straddle the merges
-    and still go to the lower index."""
+    and still go to the lower index (torch's path: numba's loop merges nothing)."""
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")
     queries, gallery, positives = tied_problem(n_gallery=600)
     offsets, indices = positives_csr(positives, len(queries), len(gallery))
     miner = _Miner(queries, gallery, offsets, indices, depth=9, margin=margin, chunk_size=None, device=CPU,

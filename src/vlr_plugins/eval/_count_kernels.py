@@ -53,7 +53,7 @@ import torch
 from vlr_plugins.errors import ConfigError
 
 __all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "BankSide", "Channel", "TileCounter", "best", "break_even", "count",
-           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "setting"]
+           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "setting", "top_lists"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -326,6 +326,31 @@ def _sources() -> dict[str, Callable[..., None]]:
                 if m > c_best[t0 + j] or (m == c_best[t0 + j] and c_index[t0 + j] > a0):
                     c_best[t0 + j], c_index[t0 + j] = m, a0 + c_at[j]
 
+    # the miner's running lists (hard_negatives): each row's ``depth`` best (score descending,
+    # then lower gallery index) with a tile of gallery entries ``c0``.. in index order; a score
+    # enters above the list's last (so an equal score of a later index does not) and at most the
+    # row's ceiling (the margin's; -inf: nothing enters). Runs of 64 scores are first only
+    # counted (a vectorised compare), and read again only where one may enter
+    def top_lists(flat, n_rows, n_cols, stride, c0, ceiling, scores, index, depth):
+        for i in range(n_rows):
+            row, base, cap = flat[i * stride:i * stride + n_cols], i * depth, ceiling[i]
+            last = scores[base + depth - 1]
+            for j0 in range(0, n_cols, 64):
+                run, hits = row[j0:j0 + 64], one(0)  # a slice's loop vectorises; min() bounds do not
+                for j in range(len(run)):
+                    hits += one(run[j] > last) * one(run[j] <= cap)
+                if hits == 0:
+                    continue
+                for j in range(len(run)):
+                    v = run[j]
+                    if v > last and v <= cap:
+                        p = depth - 1
+                        while p > 0 and v > scores[base + p - 1]:
+                            scores[base + p], index[base + p] = scores[base + p - 1], index[base + p - 1]
+                            p -= 1
+                        scores[base + p], index[base + p] = v, c0 + j0 + j
+                        last = scores[base + depth - 1]
+
     def tile() -> np.ndarray:
         return np.zeros(4, np.float32)
 
@@ -347,6 +372,7 @@ def _sources() -> dict[str, Callable[..., None]]:
             "best_cols": (best_cols, lambda: (*top1(), ints())),
             "dsl_exponents": (dsl_exponents, lambda: (tile(), 2, 2, 2, scalar, scalar, tile(), 2)),
             "dsl_counts": (dsl_counts, lambda: (tile(), 2, 2, 2, tile(), 2, 0, 0, *(floats() for _ in range(6)))),
+            "top_lists": (top_lists, lambda: (tile(), 2, 2, 2, 0, floats(), tile(), np.zeros(4, np.int64), 2)),
             "query_bank_counts": (query_bank_counts, lambda: (
                 tile(), 2, 2, 2, scalar, 0, 0, floats(), floats(), True, *(floats() for _ in range(4)), ints(),
                 floats(), ints(), floats(), floats(), True, *(floats() for _ in range(4)), ints()))}
@@ -539,3 +565,25 @@ def query_bank_counter(beta2: float, cols: tuple[Channel, BankSide | None],
         return True
 
     return count
+
+
+def top_lists(tile: torch.Tensor, n_rows: int, c0: int, ceiling: torch.Tensor, scores: torch.Tensor,
+              index: torch.Tensor) -> bool:
+    """The miner's running lists (:mod:`~vlr_plugins.eval.hard_negatives`) with a tile of
+    gallery entries ``c0``.. (positives and padding at -inf) in one compiled read of its first
+    ``n_rows`` rows: ``scores`` / ``index`` (R, depth) each row's best so far, score descending,
+    then lower gallery index (the tiles come in index order: a later equal score does not enter),
+    each at most the row's ``ceiling`` (R,). False (nothing done) where the loops do not apply
+    (not enabled, not a CPU float32 tile with unit column stride, lists of another layout)."""
+    if not enabled() or (rows := _tile_rows(tile)) is None:
+        return False
+    depth = scores.shape[1] if scores.dim() == 2 else 0
+    try:
+        cap, values, at = _vector(ceiling), _vector(scores.view(-1)), _vector(index.view(-1), (torch.int64,))
+    except (_NotTheirs, RuntimeError):
+        return False
+    if depth == 0 or index.shape != scores.shape or len(ceiling) < n_rows or scores.shape[0] < n_rows:
+        return False
+    flat, stride = rows
+    _kernels()["top_lists"][0](flat, min(n_rows, tile.shape[0]), tile.shape[1], stride, c0, cap, values, at, depth)
+    return True

@@ -19,6 +19,12 @@ worth of held scores (and their copy while merged). On CPU the query blocks
 are shared among the tile workers (:mod:`~vlr_plugins.eval._tile_workers`), each owning
 whole blocks, so nothing is merged across workers.
 
+Where numba's loops are loaded (:mod:`~vlr_plugins.eval._count_kernels`: ``VLR_COUNT_KERNEL=numba``,
+or ``auto`` once the process's work has repaid the loading, e.g. at COCO-train size) the lists
+are kept by one compiled read of each tile instead (:func:`~vlr_plugins.eval._count_kernels.top_lists`:
+runs of 64 scores compared with the list's last score and the ceiling, the few that may enter
+inserted in order): no block maxima, nothing held, no merges; the same lists by the same rules.
+
 Margin (false-negative guard). With ``margin`` set, a candidate with float32 score ``s``
 is kept only when ``s <= p - margin`` evaluated exactly (``p - margin`` in float64, then
 rounded down to float32, which for a float32 ``s`` is the same test), ``p`` being the
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vlr_plugins.eval import _count_kernels, _tile_calibration
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import one_thread_per_worker, tile_workers, visit_in_parallel
 from vlr_plugins.eval._tiles import BYTES_PER_TILE_ELEM, UnitRows, exact_matmuls, tile_budget
@@ -126,6 +133,8 @@ def mine_hard_negatives(query_emb: torch.Tensor, gallery_emb: torch.Tensor, posi
         if len(empty):
             raise ValueError(f"positives: query {int(empty[0])} has no positive; a margin needs one")
     device = torch.device(device) if device is not None else query_emb.device
+    if device.type == "cpu":  # numba's loops for large work (as the recall engine's)
+        _count_kernels.prepare(n_queries * n_gallery, saving=_tile_calibration.count_saving)
     depth = range_min + k if range_max is None else min(range_min + k, range_max)
     miner = _Miner(query_emb, gallery_emb, offsets, pos_indices, depth=depth, margin=margin,
                    chunk_size=chunk_size, device=device, max_chunk_bytes=max_chunk_bytes)
@@ -274,6 +283,8 @@ class _Miner:
         pool = torch.full((self.rows, self.blocks), -_INF, device=device)
         bound = list_floor
         pending, held = [], 0
+        # where numba's loops are loaded: the lists kept by one compiled read of each tile instead
+        compiled = _count_kernels.enabled() and worker.tile.is_cpu
         for t, c0 in enumerate(range(0, self.n_gallery, self.cols)):
             tile, n = self.score(worker, slice(c0, min(c0 + self.cols, self.n_gallery)))
             # positives and the padding past the gallery's end never enter
@@ -285,6 +296,8 @@ class _Miner:
                 tile[rows, cols] = -_INF
             if n < self.cols:
                 tile[:, n:] = -_INF
+            if compiled and _count_kernels.top_lists(tile, n_rows, c0, ceiling, top_scores, top_idx):
+                continue
             maxima = self.block_maxima(tile)
             admissible = maxima if self.margin is None else maxima.masked_fill(maxima > ceiling[:, None], -_INF)
             torch.maximum(pool, admissible, out=pool)
