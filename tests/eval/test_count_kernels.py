@@ -118,13 +118,14 @@ def _thresholds(keys: torch.Tensor, dim: int, n: int, offset: int, seed: int) ->
     return threshold, torch.nextafter(threshold, torch.tensor(-math.inf))
 
 
-def _start(n: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(seed)).float()
+def _start(n: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "padded"])
+@pytest.mark.parametrize("layout, dtype", [("contiguous", torch.float32), ("padded", torch.float32),
+                                           ("padded", torch.float64)])  # float64: counts of galleries >= 2^24
 @pytest.mark.parametrize("before", [True, False])
-def test_the_dual_softmax_counter_counts_as_the_engines_torch_steps(numba_loops, monkeypatch, layout, before):
+def test_the_dual_softmax_counter_counts_as_the_engines_torch_steps(numba_loops, monkeypatch, layout, dtype, before):
     from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, with_slack
 
     (a0, a1), (t0, t1) = _ITEMS, _TEXTS
@@ -138,11 +139,11 @@ def test_the_dual_softmax_counter_counts_as_the_engines_torch_steps(numba_loops,
     spare = with_slack(*scores.shape)
     t2i = keys.t2i_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
     i2t = keys.i2t_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
-    cols = (*_thresholds(t2i, 0, _M, t0, seed=3), _start(_M, 4))
-    rows = (*_thresholds(i2t, 1, _N, a0, seed=5), _start(_N, 6))
+    cols = (*_thresholds(t2i, 0, _M, t0, seed=3), _start(_M, 4, dtype))
+    rows = (*_thresholds(i2t, 1, _N, a0, seed=5), _start(_N, 6, dtype))
     expected_cols, expected_rows = cols[2].clone(), rows[2].clone()
-    expected_cols[t0:t1] += (t2i > cols[1 if before else 0][t0:t1]).sum(0)
-    expected_rows[a0:a1] += (i2t > rows[0 if before else 1][a0:a1, None]).sum(1)
+    expected_cols[t0:t1] += (t2i > cols[1 if before else 0][t0:t1]).sum(0).to(dtype)
+    expected_rows[a0:a1] += (i2t > rows[0 if before else 1][a0:a1, None]).sum(1).to(dtype)
     monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")
 
     counter = keys.tile_counter([cols], [rows], {})
@@ -165,9 +166,11 @@ def _running_best(n: int, offset: int, tile_best: torch.Tensor, seed: int) -> tu
     return best, index
 
 
-@pytest.mark.parametrize("banks", ["texts", "items", "both"])
+@pytest.mark.parametrize("banks, dtype", [("texts", torch.float32), ("items", torch.float32), ("both", torch.float32),
+                                          ("both", torch.float64)])  # float64: counts of galleries >= 2^24
 @pytest.mark.parametrize("before", [True, False])
-def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(numba_loops, monkeypatch, banks, before):
+def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(numba_loops, monkeypatch, banks, dtype,
+                                                                            before):
     from vlr_plugins.eval.renorm_keys import QueryBankChoice
     from vlr_plugins.eval.renorm_pass import update_best
 
@@ -186,10 +189,10 @@ def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(num
             spare = torch.empty_like(scores)
             keys = scores if alternative is None else getattr(alternative, f"{d}_tile")(scores, _ITEMS, _TEXTS, spare, None)
             at, down = _thresholds(keys, dim, n, q0, seed=10 * dim + k)
-            start = _start(n, seed=20 + 10 * dim + k)
+            start = _start(n, seed=20 + 10 * dim + k, dtype=dtype)
             used = (down if before else at) if d == "t2i" else (at if before else down)
             total = start.clone()
-            total[q0:q1] += (keys > (used[q0:q1] if dim == 0 else used[q0:q1, None])).sum(dim)
+            total[q0:q1] += (keys > (used[q0:q1] if dim == 0 else used[q0:q1, None])).sum(dim).to(dtype)
             channels[d].append((at, down, start))
             expected[d].append(total)
         if len(channels[d]) > 1:
