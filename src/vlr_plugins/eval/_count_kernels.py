@@ -17,7 +17,7 @@ float32 operations as torch's element-wise steps, each rounded once as there, so
 counts and top-1s; the dual softmax's exponentials stay torch's, whose vector code gives equal
 scores equal keys).
 
-Loading numba costs a process ~0.4 s (its own imports; ~1 s more the first time on a machine, to
+Loading numba costs a process ~0.4 s (its own imports; ~3 s more the first time on a machine, to
 compile the loops, which its cache then keeps: beside this file, else its user-wide directory,
 or ``NUMBA_CACHE_DIR``) and ~150 MB of resident memory (LLVM), once. So under
 ``VLR_COUNT_KERNEL=auto`` (the default) the loops are loaded (:func:`prepare`, which
