@@ -256,26 +256,56 @@ def test_auto_loads_the_loops_once_the_process_has_counted_enough_to_repay_them(
     assert seen[2:] == [[True, True], [True, True]] and same
 
 
+_RENORM_CHILD = """
+import json, torch
+from vlr_plugins.eval import _count_kernels, retrieval_recall
+from vlr_plugins.eval.renorm import DualSoftmax
+g = torch.Generator().manual_seed(0)
+items, texts = torch.randn(40, 8, generator=g), torch.randn(200, 8, generator=g)
+owner = torch.arange(200) // 5
+# loading pays at 24,000 scores counted: a plain call of 8,000 counts 8,000, a re-normalised one 32,000
+_count_kernels.NUMBA_FROM_PER_THREAD = 3 * 8000 / torch.get_num_threads()
+retrieval_recall(items, texts, owner)
+plain = _count_kernels.enabled()
+retrieval_recall(items, texts, owner, renorm=DualSoftmax(100.0))
+print(json.dumps([plain, _count_kernels.enabled()]))
+"""
+
+
+def test_a_re_normalised_evaluation_weighs_more_towards_loading_the_loops(tmp_path):
+    """Its rank pass's element-wise steps are the loops' too (RENORM_WEIGHT)."""
+    pytest.importorskip("numba")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "VLR_CPU_BLAS": "torch", "VLR_CACHE_DIR": str(tmp_path)}
+    env.pop("VLR_COUNT_KERNEL", None)
+    out = subprocess.run([sys.executable, "-c", _RENORM_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [False, True]
+
+
 _MEASURED_CHILD = """
 import json, sys
 from vlr_plugins.eval import _count_kernels
-saving = json.loads(sys.argv[1])
-seen = [_count_kernels.prepare(int(scores), threads=1, saving=lambda: saving) for scores in sys.argv[2:]]
+saving, weight = json.loads(sys.argv[1]), float(sys.argv[2])
+seen = [_count_kernels.prepare(int(scores), threads=1, saving=lambda: saving, weight=weight) for scores in sys.argv[3:]]
 print(json.dumps(seen + ["numba" in sys.modules]))
 """
 
 
-@pytest.mark.parametrize("saving, calls, expected", [
-    ((1e-9, 0.5), (4e8, 2e8), [False, True, True]),  # break-even 5e8: the second call's counting reaches it
-    ((-1e-10, 0.5), (2**40,), [False, False]),  # measured no faster: never, however large
+@pytest.mark.parametrize("saving, weight, calls, expected", [
+    ((1e-9, 0.5), 1.0, (4e8, 2e8), [False, True, True]),  # break-even 5e8: the second call's counting reaches it
+    # a re-normalised call's scores weigh RENORM_WEIGHT: the first call's 4e8 count as 1.6e9
+    ((1e-9, 0.5), _count_kernels.RENORM_WEIGHT, (4e8,), [True, True]),
+    ((1e-9, 0.5), _count_kernels.RENORM_WEIGHT, (1e8, 1e8), [False, True, True]),
+    ((-1e-10, 0.5), 1.0, (2**40,), [False, False]),  # measured no faster: never, however large
     # below 2^24 scores counted the measurement is not read (the cache file), from there it rules
-    ((1.0, 0.5), (2**23, 2**23), [False, True, True]),
+    ((1.0, 0.5), 1.0, (2**23, 2**23), [False, True, True]),
 ])
-def test_auto_weighs_the_machines_measured_saving(saving, calls, expected):
+def test_auto_weighs_the_machines_measured_saving(saving, weight, calls, expected):
     pytest.importorskip("numba")
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("VLR_COUNT_KERNEL", None)
-    out = subprocess.run([sys.executable, "-c", _MEASURED_CHILD, json.dumps(saving), *(str(int(c)) for c in calls)],
+    out = subprocess.run([sys.executable, "-c", _MEASURED_CHILD, json.dumps(saving), str(weight),
+                          *(str(int(c)) for c in calls)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == expected

@@ -161,7 +161,8 @@ def retrieval_recall(
         raise ValueError(f"chunk_size must be >= 1 or None, found {chunk_size}")
     device = torch.device(device) if device is not None else item_emb.device
     if device.type == "cpu":  # numba's counting loops for large work; its CPU tile share, calibrated once a machine
-        _count_kernels.prepare(len(item_emb) * len(text_emb), saving=_tile_calibration.count_saving)
+        _count_kernels.prepare(len(item_emb) * len(text_emb), saving=_tile_calibration.count_saving,
+                               weight=1.0 if renorm is None else _count_kernels.RENORM_WEIGHT)
         _tile_calibration.ensure(len(item_emb) * len(text_emb), l2_share(), retrieval_recall)
     matrix = ScoreMatrix(item_emb, text_emb, text_owner, device=device,
                          max_chunk_bytes=max_chunk_bytes, chunk_size=chunk_size)
