@@ -244,14 +244,20 @@ print(json.dumps([seen, all(r == results[0] for r in results)]))
 """
 
 
+def _child_under_auto(code: str, cache: Path) -> object:
+    """What ``code`` prints (JSON), run in a fresh process under ``VLR_COUNT_KERNEL=auto`` with
+    an empty cache directory (no measurement of this machine's saving)."""
+    pytest.importorskip("numba")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "VLR_CPU_BLAS": "torch", "VLR_CACHE_DIR": str(cache)}
+    env.pop("VLR_COUNT_KERNEL", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 def test_auto_loads_the_loops_once_the_process_has_counted_enough_to_repay_them(tmp_path):
     """The rent-or-buy rule: calls too small to repay the loading each, but together enough."""
-    pytest.importorskip("numba")
-    env = {**os.environ, "PYTHONPATH": str(SRC), "VLR_CPU_BLAS": "torch", "VLR_CACHE_DIR": str(tmp_path)}
-    env.pop("VLR_COUNT_KERNEL", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    seen, same = json.loads(out.stdout)
+    seen, same = _child_under_auto(_CHILD, tmp_path)
     assert seen[:2] == [[False, False], [False, False]], "loaded before the counting repaid it"
     assert seen[2:] == [[True, True], [True, True]] and same
 
@@ -274,12 +280,7 @@ print(json.dumps([plain, _count_kernels.enabled()]))
 
 def test_a_re_normalised_evaluation_weighs_more_towards_loading_the_loops(tmp_path):
     """Its rank pass's element-wise steps are the loops' too (RENORM_WEIGHT)."""
-    pytest.importorskip("numba")
-    env = {**os.environ, "PYTHONPATH": str(SRC), "VLR_CPU_BLAS": "torch", "VLR_CACHE_DIR": str(tmp_path)}
-    env.pop("VLR_COUNT_KERNEL", None)
-    out = subprocess.run([sys.executable, "-c", _RENORM_CHILD], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == [False, True]
+    assert _child_under_auto(_RENORM_CHILD, tmp_path) == [False, True]
 
 
 _MEASURED_CHILD = """
