@@ -167,7 +167,8 @@ def _running_best(n: int, offset: int, tile_best: torch.Tensor, seed: int) -> tu
 
 
 @pytest.mark.parametrize("banks, dtype", [("texts", torch.float32), ("items", torch.float32), ("both", torch.float32),
-                                          ("both", torch.float64)])  # float64: counts of galleries >= 2^24
+                                          ("both", torch.float64),  # float64: counts of galleries >= 2^24
+                                          ("none", torch.float32)])  # the plain engine's raw_counter
 @pytest.mark.parametrize("before", [True, False])
 def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(numba_loops, monkeypatch, banks, dtype,
                                                                             before):
@@ -178,8 +179,8 @@ def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(num
     g = torch.Generator().manual_seed(7)
     bank_of = {"t2i": (torch.randn(_N, generator=g) * 3, torch.rand(_N, generator=g) > 0.5),
                "i2t": (torch.randn(_M, generator=g) * 3, torch.rand(_M, generator=g) > 0.5)}
-    choice = QueryBankChoice(20.0, bank_of["t2i"] if banks != "items" else None,
-                             bank_of["i2t"] if banks != "texts" else None)
+    choice = QueryBankChoice(20.0, bank_of["t2i"] if banks in ("texts", "both") else None,
+                             bank_of["i2t"] if banks in ("items", "both") else None)
     scores = _cosines(a1 - a0, t1 - t0, seed=8, layout="padded")
     monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")  # the reference: the engine's steps in torch
     channels, expected, top1, expected_top1 = {}, {}, {}, {}
@@ -203,7 +204,8 @@ def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(num
             expected_top1[d] = (best, index)
     monkeypatch.setenv("VLR_COUNT_KERNEL", "numba")
 
-    counter = choice.tile_counter(channels["t2i"], channels["i2t"], top1)
+    counter = (choice.tile_counter(channels["t2i"], channels["i2t"], top1) if banks != "none"
+               else _count_kernels.raw_counter(channels["t2i"], channels["i2t"]))
     assert counter is not None
     assert counter(scores, None, a0, t0, before) is True
 
@@ -212,7 +214,7 @@ def test_the_query_bank_counter_counts_and_tracks_as_the_engines_torch_steps(num
             assert torch.equal(counts, total), d
     for d, (best, index) in expected_top1.items():
         assert torch.equal(top1[d][0], best) and torch.equal(top1[d][1], index), d
-    assert set(top1) == ({"t2i"} if banks == "texts" else {"i2t"} if banks == "items" else {"t2i", "i2t"})
+    assert set(top1) == {"texts": {"t2i"}, "items": {"i2t"}, "both": {"t2i", "i2t"}, "none": set()}[banks]
 
 
 def test_the_tile_counters_are_not_made_without_the_loops_or_for_arrays_not_theirs(monkeypatch):

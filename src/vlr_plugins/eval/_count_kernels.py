@@ -11,8 +11,9 @@ float32 thresholds and adds 0 or 1 to the same float32 (float64) accumulators, e
 (2^53) — so the kernel changes no result, only the time; the tests run the engine both ways.
 Once loaded, the same module also keeps the running top-1 of the re-normalisations' passes in a
 compiled loop (:func:`best`, by :func:`~vlr_plugins.eval.renorm_pass.update_best`'s rules), and
-counts every channel of an off-diagonal tile of their grouped rank pass in one read of it
-(:func:`dual_softmax_counter`, :func:`query_bank_counter`: the keys made on the fly by the same
+counts every channel of an off-diagonal tile of the grouped rank pass in one read of it
+(:func:`raw_counter` for the plain engine's two directions; :func:`dual_softmax_counter`,
+:func:`query_bank_counter` for the re-normalisations: the keys made on the fly by the same
 float32 operations as torch's element-wise steps, each rounded once as there, so again the same
 counts and top-1s; the dual softmax's exponentials stay torch's, whose vector code gives equal
 scores equal keys).
@@ -53,7 +54,7 @@ import torch
 from vlr_plugins.errors import ConfigError
 
 __all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "RENORM_WEIGHT", "BankSide", "Channel", "TileCounter", "best", "break_even", "count",
-           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "setting", "top_lists"]
+           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "raw_counter", "setting", "top_lists"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -597,3 +598,11 @@ def top_lists(tile: torch.Tensor, n_rows: int, c0: int, ceiling: torch.Tensor, s
     flat, stride = rows
     _kernels()["top_lists"][0](flat, min(n_rows, tile.shape[0]), tile.shape[1], stride, c0, cap, values, at, depth)
     return True
+
+
+def raw_counter(cols: list[Channel], rows: list[Channel]) -> TileCounter | None:
+    """A counter of both directions of a tile under the raw scores (the plain engine's grouped
+    pass: ``cols`` = [the texts' channel], ``rows`` = [the items']) in one compiled read of it
+    (:func:`query_bank_counter` without a bank), instead of a read a direction; None where the
+    loops are not loaded or the arrays are not theirs."""
+    return query_bank_counter(1.0, (cols[0], None), (rows[0], None))

@@ -28,7 +28,7 @@ from itertools import pairwise
 
 import torch
 
-from vlr_plugins.eval._count_kernels import TileCounter
+from vlr_plugins.eval._count_kernels import TileCounter, raw_counter
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
 from vlr_plugins.eval._tiles import (
@@ -188,9 +188,10 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
     a query whose threshold is not ``keys.safe`` is ranked row-wise with the same keys. With a
     :class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`, a direction with a bank is counted
     under each of its alternatives (one channel each) and every query's raw top-1 is found in
-    the same tiles; each query then takes its alternative's rank. Where the keys offer a
-    ``tile_counter`` (numba's loops loaded; no ``pair_ranks``), an off-diagonal tile's channels
-    and top-1s are counted by it in one read of the tile."""
+    the same tiles; each query then takes its alternative's rank. Where numba's loops are
+    loaded (and no ``pair_ranks``), an off-diagonal tile's channels and top-1s are counted in
+    one read of the tile: by the keys' ``tile_counter``, or without keys
+    :func:`~vlr_plugins.eval._count_kernels.raw_counter` (both directions at once)."""
     device = matrix.device
     text_bounds = matrix.first_text[bounds].tolist()
     items = list(pairwise(bounds))
@@ -265,11 +266,12 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         for channel in channels:
             channel.down = torch.nextafter(channel.threshold, torch.tensor(-_INF, device=device))
         # the keys' own counting of every channel of a tile at once, where they have one (no pair counts)
-        if hasattr(keys, "tile_counter") and not pair_ranks:
+        if (keys is None or hasattr(keys, "tile_counter")) and not pair_ranks:
             for worker in workers:
                 sides = ([(ch.threshold, ch.down, ahead) for ch, ahead in zip(channels, worker.ahead) if ch.direction == d]
                          for d in ("t2i", "i2t"))
-                worker.counter = keys.tile_counter(*sides, worker.top1)
+                worker.counter = (keys.tile_counter(*sides, worker.top1) if keys is not None
+                                  else raw_counter(*sides))
         # each column in parts of about equal work, so that the workers finish together
         parts = PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
         tasks = [(c, rows) for c in range(len(texts)) for rows in split_range(len(items), parts)]
