@@ -129,3 +129,16 @@ def test_tiles_shared_among_workers_give_the_reference_ranks(cpu_blas, problem, 
     expected_i2t, expected_t2i = reference_ranks(items, texts, owner)
     assert i2t.tolist() == expected_i2t
     assert t2i.tolist() == expected_t2i
+
+
+def test_a_tile_of_three_buffers_takes_the_threads_share_where_memory_allows(monkeypatch):
+    """A re-normalisation's rank pass (three buffers a worker) multiplies tiles of the plain
+    engine's shape while its buffers fit ``max_chunk_bytes``; where they would not, 2 / 3 of
+    them, so that every buffer stays within it."""
+    items, texts, owner = grouped(random_problem(n_items=200, seed=8))
+    monkeypatch.setenv("VLR_CPU_TILE_ELEMS", "4096")
+    with torch_threads(1):
+        roomy = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=2**28)
+        assert worker_budget(roomy, 3) == worker_budget(roomy, 2) == (1, 4096)
+        tight = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=3 * 4 * 2048)  # three buffers of 2,048
+        assert worker_budget(tight, 2) == (1, 3072) and worker_budget(tight, 3) == (1, 2048)
