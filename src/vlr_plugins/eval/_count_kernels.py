@@ -441,10 +441,11 @@ def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: t
     if not enabled() or not scores.is_cpu or scores.dtype != torch.float32 or scores.dim() != 2:
         return False
     n_rows, n_cols = scores.shape
-    n_out = n_cols if dim == 0 else n_rows
-    if (values.dtype != torch.float32 or index.dtype != torch.int64 or values.shape != (n_out,)
-            or index.shape != (n_out,) or not (values.is_contiguous() and index.is_contiguous())
-            or not (values.is_cpu and index.is_cpu)):
+    try:
+        best_, at = _vector(values), _vector(index, (torch.int64,))
+    except _NotTheirs:
+        return False
+    if len(best_) != (n_cols if dim == 0 else n_rows) or len(at) != len(best_):
         return False
     if n_rows == 0 or n_cols == 0:
         return True
@@ -454,11 +455,10 @@ def best(scores: torch.Tensor, dim: int, g0: int, values: torch.Tensor, index: t
     _loaded.set()
     flat, stride = rows
     if dim == 0:
-        kernels["best_cols"][0](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
-                             np.empty(n_cols, np.float32), np.empty(n_cols, np.int64))
+        kernels["best_cols"][0](flat, n_rows, n_cols, stride, g0, best_, at,
+                                np.empty(n_cols, np.float32), np.empty(n_cols, np.int64))
     else:
-        kernels["best_rows"][0](flat, n_rows, n_cols, stride, g0, values.numpy(), index.numpy(),
-                             scores.amax(1).numpy())
+        kernels["best_rows"][0](flat, n_rows, n_cols, stride, g0, best_, at, scores.amax(1).numpy())
     return True
 
 

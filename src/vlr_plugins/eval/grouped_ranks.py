@@ -268,7 +268,8 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         # ">= x" is "> the next float below x"
         for channel in channels:
             channel.down = torch.nextafter(channel.threshold, torch.tensor(-_INF, device=device))
-        # the keys' own counting of every channel of a tile at once, where they have one (no pair counts)
+        # every channel of a tile counted at once where numba's loops are loaded (no pair counts):
+        # by the keys' own counter, or the raw scores' in both directions
         if (keys is None or hasattr(keys, "tile_counter")) and not pair_ranks:
             for worker in workers:
                 sides = ([(ch.threshold, ch.down, ahead) for ch, ahead in zip(channels, worker.ahead) if ch.direction == d]

@@ -162,8 +162,8 @@ class DualSoftmaxKeys:
         :meth:`t2i_tile` / :meth:`i2t_tile` and ``count_above`` would (the spare buffer
         overwritten). Where numba's loops are loaded and the keys are factored
         (:func:`~vlr_plugins.eval._count_kernels.dual_softmax_counter`: one read of a tile for
-        both directions' keys and counts instead of four element-wise passes and two counting
-        ones); None elsewhere."""
+        both directions' keys and counts instead of six element-wise passes and two counting
+        ones; the exponential stays torch's); None elsewhere."""
         if self.shift is None or top1:
             return None
         return _count_kernels.dual_softmax_counter(self.tau2, self.shift, (self.item_factor, self.text_factor),
