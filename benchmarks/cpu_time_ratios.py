@@ -49,12 +49,16 @@ def _cpu_seconds() -> float:
 def _rounds(methods: dict, rounds: int, blas: list[str]) -> dict[str, list[float]]:
     """CPU seconds of every (BLAS, method) per round, the methods alternated (the engine's tile
     share calibrated for each BLAS first, once a machine, before any clock starts)."""
+    import torch
+
     from vlr_plugins.eval import _tile_calibration, retrieval_recall
     from vlr_plugins.eval._tiles import l2_share
+    from vlr_plugins.eval.renorm_pass import ensure_share
 
     for choice in blas:
         os.environ["VLR_CPU_BLAS"] = choice
         _tile_calibration.ensure(_tile_calibration.CALIBRATE_FROM, l2_share(), retrieval_recall)
+        ensure_share(_tile_calibration.CALIBRATE_FROM, torch.device("cpu"))  # the statistics passes' share
     times: dict[str, list[float]] = {}
     for _ in range(rounds):
         for choice in blas:

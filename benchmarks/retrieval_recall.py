@@ -710,6 +710,9 @@ def main() -> None:
         os.environ["VLR_COUNT_KERNEL"] = kernel
         _count_kernels.prepare(0)
         _tile_calibration.ensure(max(n * m for n, m in sizes), l2_share(), retrieval_recall)
+    from vlr_plugins.eval.renorm_pass import ensure_share
+
+    ensure_share(max(n * m for n, m in sizes), "cpu")  # the re-normalisations' statistics passes' share
     if given is None:
         del os.environ["VLR_COUNT_KERNEL"]
     else:

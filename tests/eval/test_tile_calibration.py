@@ -132,6 +132,70 @@ def test_the_loops_saving_is_read_from_both_calibrations(fresh_cache, monkeypatc
                                                  else float("inf"))
 
 
+def test_the_statistics_passes_share_is_calibrated_on_their_own_work_and_kept_apart(fresh_cache, monkeypatch):
+    """A re-normalisation's statistics passes (DSL's log-sum-exps, QB-Norm's bank pass) take the
+    share measured on their own work, kept as ``<BLAS>:statistics`` beside the engine's, the
+    first time a re-normalised evaluation is large enough; the engine's share is its own."""
+    from vlr_plugins.eval import _tiles
+    from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm, renorm_keys
+    from vlr_plugins.eval.renorm_pass import ensure_share
+
+    small = 48 * 240  # "large enough" lowered to a test's size, in both modules that read it
+    monkeypatch.setattr(_tile_calibration, "CALIBRATE_FROM", small)
+    monkeypatch.setattr(_tiles, "CALIBRATE_FROM", small)
+    measured = []
+    measure = _tile_calibration.measure
+    monkeypatch.setattr(_tile_calibration, "measure", lambda work, *a, **k: measured.append(work) or measure(work, *a, **k))
+    g = torch.Generator().manual_seed(1)
+    items, texts = torch.randn(48, 8, generator=g), torch.randn(240, 8, generator=g)
+    owner = torch.arange(240) * 48 // 240
+    retrieval_recall(items, texts, owner)  # plain: the engine's share alone
+    assert set(_entry(fresh_cache)["tile_elems"]) == {"torch"} and len(measured) == 1
+    assert _tile_calibration.variant(_tile_calibration.STATISTICS) == "torch:statistics"
+    assert cpu_tile_elems_per_thread(small, _tile_calibration.STATISTICS) == l2_share()  # none kept yet
+    dsl = retrieval_recall(items, texts, owner, renorm=DualSoftmax(30.0), return_ranks=True)
+    shares = _entry(fresh_cache)["tile_elems"]
+    assert set(shares) == {"torch", "torch:statistics"} and len(measured) == 2
+    kept = shares["torch:statistics"]
+    seconds = {int(k): v for k, v in kept["seconds_per_score"].items()}
+    assert set(seconds) == set(TINY["CANDIDATES"]) and kept["l2_share"] == l2_share()
+    assert kept["elems"] == _tile_calibration.calibrated(l2_share(), seconds)
+    assert cpu_tile_elems_per_thread(small, _tile_calibration.STATISTICS) == kept["elems"]
+    assert cpu_tile_elems_per_thread(small) == shares["torch"]["elems"]
+    # kept: read, not measured again, by QB-Norm's bank pass too
+    retrieval_recall(items, texts, owner, renorm=QueryBankNorm(text_bank=texts))
+    ensure_share(small, torch.device("cpu"))
+    assert len(measured) == 2
+    # the passes' tiles follow the kept share (here one the calibration could not have chosen),
+    # with the same ranks (the statistics agree to float32 rounding: their tiles' sums differ)
+    data = json.loads(fresh_cache.read_text())
+    data[_cpu_blas._machine_key()]["tile_elems"]["torch:statistics"]["elems"] = 1024
+    fresh_cache.write_text(json.dumps(data))
+    _tile_calibration._known.clear()
+    assert tile_budget(max_chunk_bytes=2**40, device=torch.device("cpu"), threads=2, scores=small,
+                       kind=_tile_calibration.STATISTICS) == 2048
+    matrix = _tiles.ScoreMatrix(items, texts, owner, device=torch.device("cpu"), max_chunk_bytes=2**30)
+    rows, cols = matrix.tile_shape_of(_tile_calibration.STATISTICS)
+    assert rows * cols <= 1024 * torch.get_num_threads() < matrix.tile_items * matrix.tile_texts
+    from vlr_plugins.eval import renorm_pass
+
+    products = []
+    product = renorm_pass.tile_product
+    monkeypatch.setattr(renorm_pass, "tile_product", lambda *a, **k: products.append(1) or product(*a, **k))
+    again = retrieval_recall(items, texts, owner, renorm=DualSoftmax(30.0), return_ranks=True)
+    engine_tiles = -(-48 // matrix.tile_items) * -(-240 // matrix.tile_texts)
+    assert len(products) == -(-48 // rows) * -(-240 // cols) != engine_tiles  # the statistics pass's tiles
+    for name in ("t2i_ranks", "i2t_ranks"):
+        assert torch.equal(again[name], dsl[name]), name
+    keys = renorm_keys(DualSoftmax(30.0), matrix)
+    monkeypatch.setenv("VLR_CPU_TILE_ELEMS", str(2**16))  # one tile
+    whole = renorm_keys(DualSoftmax(30.0), matrix)
+    assert torch.allclose(keys.item_lse, whole.item_lse, rtol=0, atol=1e-5)
+    assert torch.allclose(keys.text_lse, whole.text_lse, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown kind of tile work 'ranks'"):
+        _tile_calibration.variant("ranks")
+
+
 def _entry(cache: Path) -> dict:
     """This machine's entry of the cache file ({} where there is none)."""
     return json.loads(cache.read_text()).get(_cpu_blas._machine_key(), {}) if cache.exists() else {}

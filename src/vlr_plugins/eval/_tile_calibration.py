@@ -17,7 +17,15 @@ at least :data:`_MARGIN` (a calibration on a busy machine seldom moves it). :fun
 reads it (the tiles' module: no measuring there). Work smaller than :data:`CALIBRATE_FROM`
 scores (e.g. 5,000 x 13,000) takes the L2 rule's share and never waits for a calibration.
 
-``VLR_CPU_TILE_ELEMS`` overrides it: ``auto`` (the default: calibrated), ``l2`` (the L2 rule, no
+A re-normalisation's statistics passes (:mod:`~vlr_plugins.eval.renorm_pass`: DSL's log-sum-exps,
+QB-Norm's bank pass) do other work a tile: the product, then an exponential and row and column
+sums, several ATen calls whose fixed costs a larger tile amortises (on a Zen 4 VM, 2 threads,
+10K x 50K: 2^20 scores a thread 15-19 % faster than the engine's 2^17). Their share is the
+:data:`STATISTICS` kind's, calibrated the same way on their own work (``kind``; kept as
+``<BLAS>:statistics``, whatever counts the rank pass: their tiles are counted by no loop), the
+first time a re-normalisation's work is large enough (:func:`~vlr_plugins.eval.renorm_pass.ensure_share`).
+
+``VLR_CPU_TILE_ELEMS`` overrides it (every kind): ``auto`` (the default: calibrated), ``l2`` (the L2 rule, no
 calibration) or a number of scores per thread (at least 1024). The share only moves the tile
 boundaries: the engine's results are exact at any tile shape.
 """
@@ -36,8 +44,8 @@ import torch
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval import _count_kernels, _cpu_blas
 
-__all__ = ["CALIBRATE_FROM", "CANDIDATES", "calibrated", "count_saving", "ensure", "measure", "per_thread",
-           "setting"]
+__all__ = ["CALIBRATE_FROM", "CANDIDATES", "ENGINE", "STATISTICS", "calibrated", "count_saving", "ensure", "measure",
+           "per_thread", "setting"]
 
 #: the shares measured (scores per thread)
 CANDIDATES = tuple(2**k for k in range(17, 22))
@@ -53,6 +61,9 @@ _LEAST_OVERRIDE = 1024
 #: calibration is kept: ~3 s, once a machine), smaller work the L2 rule's (for it the share
 #: changes little, and a one-off calibration would cost more than the work)
 CALIBRATE_FROM = 2**26
+#: the kinds of tile work a share is kept for: the engine's (a product, then counting) and a
+#: re-normalisation's statistics passes' (a product, then exponentials and sums)
+ENGINE, STATISTICS = "engine", "statistics"
 #: the share of the calibration's own runs
 _FORCED: contextvars.ContextVar[int | None] = contextvars.ContextVar("vlr_cpu_tile_share", default=None)
 
@@ -74,11 +85,16 @@ def setting() -> str | int:
     return value
 
 
-def variant() -> str:
+def variant(kind: str = ENGINE) -> str:
     """What a share is kept for: the tile BLAS (:func:`~vlr_plugins.eval._cpu_blas.choice`), with
-    ``+numba`` where numba's loop counts the tiles (:mod:`~vlr_plugins.eval._count_kernels`): the
-    tile work, and so its best share, differs between them."""
+    ``+numba`` where numba's loop counts the engine's tiles (:mod:`~vlr_plugins.eval._count_kernels`): the
+    tile work, and so its best share, differs between them; ``:statistics`` for the
+    :data:`STATISTICS` kind (its tiles are no loop's)."""
     blas = _cpu_blas.choice()
+    if kind == STATISTICS:
+        return f"{blas}:{STATISTICS}"
+    if kind != ENGINE:
+        raise ValueError(f"unknown kind of tile work {kind!r}: expected {ENGINE!r} or {STATISTICS!r}")
     return f"{blas}{_NUMBA}" if _count_kernels.enabled() else blas
 
 
@@ -91,10 +107,10 @@ def check_settings() -> None:
     _count_kernels.setting()
 
 
-def per_thread(l2_share: int, calibrate: bool = True) -> int:
-    """Scores per thread of the engine's CPU tiles: ``VLR_CPU_TILE_ELEMS``'s number, ``l2_share``
-    (the L2 rule's) under ``l2``, else with ``calibrate`` the share kept for this machine and tile
-    BLAS (by :func:`ensure`; ``l2_share`` until one is), without it ``l2_share``."""
+def per_thread(l2_share: int, calibrate: bool = True, kind: str = ENGINE) -> int:
+    """Scores per thread of the CPU tiles of ``kind``'s work: ``VLR_CPU_TILE_ELEMS``'s number, ``l2_share``
+    (the L2 rule's) under ``l2``, else with ``calibrate`` the share kept for this machine, tile
+    BLAS and kind (by :func:`ensure`; ``l2_share`` until one is), without it ``l2_share``."""
     if (forced := _FORCED.get()) is not None:
         return forced
     wanted = setting()
@@ -104,7 +120,7 @@ def per_thread(l2_share: int, calibrate: bool = True) -> int:
         return wanted
     if not calibrate:
         return l2_share
-    kept = _kept(variant(), l2_share)
+    kept = _kept(variant(kind), l2_share)
     return l2_share if kept is None else kept
 
 
@@ -137,15 +153,16 @@ def _kept(blas: str, l2_share: int) -> int | None:
     return _known[(blas, l2_share)]
 
 
-def ensure(scores: int, l2_share: int, engine: Callable[..., object]) -> None:
+def ensure(scores: int, l2_share: int, engine: Callable[..., object], kind: str = ENGINE) -> None:
     """Before work of ``scores`` scores: where it is at least :data:`CALIBRATE_FROM` and
-    ``VLR_CPU_TILE_ELEMS`` is ``auto``, calibrate this machine's share in the tile BLAS
-    :func:`~vlr_plugins.eval._cpu_blas.choice` takes, unless one is kept: :func:`measure` the
-    ``engine`` (``retrieval_recall``; about 3 s) under the cache file's lock, so that processes
-    started at once measure once, and keep the share beside the BLAS choice."""
+    ``VLR_CPU_TILE_ELEMS`` is ``auto``, calibrate this machine's share of ``kind``'s tiles in the
+    tile BLAS :func:`~vlr_plugins.eval._cpu_blas.choice` takes, unless one is kept: :func:`measure`
+    the ``engine`` (``retrieval_recall``, or a statistics pass for :data:`STATISTICS`; about 3 s)
+    under the cache file's lock, so that processes started at once measure once, and keep the
+    share beside the BLAS choice."""
     if scores < CALIBRATE_FROM or setting() != "auto" or _FORCED.get() is not None:
         return
-    blas = variant()
+    blas = variant(kind)
     if _kept(blas, l2_share) is not None:
         return
     known = _cpu_blas._machine_entry()  # the BLAS choice measured first (its own lock)
@@ -217,7 +234,8 @@ def _share(elems: int) -> Iterator[None]:
 def measure(engine: Callable[..., object], candidates: tuple[int, ...] | None = None, *,
             rounds: int | None = None, shape: tuple[int, int, int] | None = None) -> dict[int, float]:
     """CPU seconds per score of the ``engine`` itself (:func:`~vlr_plugins.eval.retrieval_recall`:
-    recall only, texts grouped by item, on one thread) at each share of ``candidates`` (default
+    recall only, texts grouped by item, on one thread; or any work called as ``engine(items,
+    texts, owner)``, whose tiles follow the share) at each share of ``candidates`` (default
     :data:`CANDIDATES`): the fastest of ``rounds`` rounds that alternate them, on seeded random
     unit vectors of ``shape`` (items, texts, D; default ``_SHAPE``)."""
     candidates, rounds, shape = candidates or CANDIDATES, rounds or _ROUNDS, shape or _SHAPE

@@ -19,9 +19,11 @@ from pathlib import Path
 import torch
 
 from vlr_plugins.eval._count_kernels import count as count_kernel
-from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, per_thread
+from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, ENGINE, per_thread
 from vlr_plugins.eval._tile_workers import tile_workers
 
+#: the memory a retrieval's tiles take at most by default (``retrieval_recall``'s ``max_chunk_bytes``)
+DEFAULT_CHUNK_BYTES = 256 * 2**20
 #: bytes per element of a tile: the score tile (<= 4 bytes) and its float32 work buffer
 BYTES_PER_TILE_ELEM = 8
 _DEFAULT_L2_BYTES = 2 * 2**20  # where the OS does not say (the L2 of the machine the rule was measured on)
@@ -29,14 +31,14 @@ _NORM_ROWS = 4096  # rows normalised at a time, so that no whole float32 copy is
 
 
 def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torch.device,
-               chunk_size: int | None = None, threads: int | None = None) -> tuple[int, int]:
+               chunk_size: int | None = None, threads: int | None = None, kind: str = ENGINE) -> tuple[int, int]:
     """(items, texts) per tile: a tile and its work buffer take at most ``max_chunk_bytes``;
     on CPU also at most :func:`cpu_tile_elems_per_thread` elements per thread (``threads``,
-    default ``torch.get_num_threads()``), so that each thread's share of the element-wise
+    default ``torch.get_num_threads()``; of ``kind``'s work), so that each thread's share of the element-wise
     passes stay near its core's caches while their fixed costs are amortised. ``chunk_size``
     fixes the items per tile (within the budget)."""
     tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads,
-                             scores=n_items * n_texts)
+                             scores=n_items * n_texts, kind=kind)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
     else:  # as wide as 8 rows, then evened out so that the last tile is not mostly padding
@@ -46,13 +48,13 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
 
 
 def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None,
-                scores: int | None = None) -> int:
+                scores: int | None = None, kind: str = ENGINE) -> int:
     """Score elements one tile may hold: a tile and its work buffer within ``max_chunk_bytes``,
     and on CPU at most :func:`cpu_tile_elems_per_thread` per thread (``threads``, default
-    ``torch.get_num_threads()``) for work of ``scores`` scores."""
+    ``torch.get_num_threads()``) for ``kind``'s work of ``scores`` scores."""
     tile_elems = max(1, max_chunk_bytes // BYTES_PER_TILE_ELEM)
     if torch.device(device).type == "cpu":
-        tile_elems = min(tile_elems, cpu_tile_elems_per_thread(scores) * (threads or torch.get_num_threads()))
+        tile_elems = min(tile_elems, cpu_tile_elems_per_thread(scores, kind) * (threads or torch.get_num_threads()))
     return tile_elems
 
 
@@ -87,14 +89,15 @@ def l2_share() -> int:
     return elems_for_l2(l2_cache_bytes())
 
 
-def cpu_tile_elems_per_thread(scores: int | None = None) -> int:
+def cpu_tile_elems_per_thread(scores: int | None = None, kind: str = ENGINE) -> int:
     """Scores per thread of a CPU tile for work of ``scores`` scores: from
     :data:`~vlr_plugins.eval._tile_calibration.CALIBRATE_FROM` scores on, the share calibrated
     for this machine and tile BLAS (:mod:`~vlr_plugins.eval._tile_calibration`: the fastest
     measured share where it beats :func:`l2_share`'s; ``retrieval_recall`` calibrates first where
     none is kept), below it (or unknown, or not calibrated) :func:`l2_share`; or as
-    ``VLR_CPU_TILE_ELEMS`` says (``l2``: :func:`l2_share`; a number)."""
-    return per_thread(l2_share(), calibrate=scores is not None and scores >= CALIBRATE_FROM)
+    ``VLR_CPU_TILE_ELEMS`` says (``l2``: :func:`l2_share`; a number). ``kind``: the tile work's
+    (:data:`~vlr_plugins.eval._tile_calibration.STATISTICS`: a re-normalisation's statistics passes)."""
+    return per_thread(l2_share(), calibrate=scores is not None and scores >= CALIBRATE_FROM, kind=kind)
 
 
 def _even_split(total: int, most: int) -> int:
@@ -207,13 +210,17 @@ class ScoreMatrix:
         scores = self.n_items * self.n_texts
         self.workers = tile_workers(tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, scores=scores),
                                     device)
-        self.tile_items, self.tile_texts = tile_shape(
-            self.n_items, self.n_texts, device=device, max_chunk_bytes=max_chunk_bytes // self.workers,
-            chunk_size=chunk_size, threads=1 if self.workers > 1 else None)
+        self.tile_items, self.tile_texts = self.tile_shape_of(ENGINE)
         self.owner = text_owner.to(device, torch.long)
         self.texts_by_owner = torch.argsort(self.owner, stable=True)
         self.first_text = torch.searchsorted(self.owner[self.texts_by_owner],
                                              torch.arange(self.n_items + 1, device=device))
+
+    def tile_shape_of(self, kind: str) -> tuple[int, int]:
+        """(items, texts) of one worker's tile for ``kind``'s work over this matrix (as
+        ``tile_items`` x ``tile_texts`` are the engine's): the same workers, budget and ``chunk_size``."""
+        return tile_shape(self.n_items, self.n_texts, device=self.device, max_chunk_bytes=self.max_chunk_bytes // self.workers,
+                          chunk_size=self.chunk_size, threads=1 if self.workers > 1 else None, kind=kind)
 
     def tile_buffers(self, dtype: torch.dtype = torch.float32
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ import torch
 
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankChoice, QueryBankKeys
-from vlr_plugins.eval.renorm_pass import bank_pass, test_pass
+from vlr_plugins.eval.renorm_pass import bank_pass, ensure_share, test_pass
 
 __all__ = ["DualSoftmax", "QueryBankNorm", "Renorm", "renorm_keys", "renorm_record"]
 
@@ -108,6 +108,7 @@ def renorm_keys(renorm: Renorm, matrix: ScoreMatrix,
     come from the grouped pass, which finds QB-Norm's raw top-1s itself
     (:class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`: no pass over the matrix first)."""
     if isinstance(renorm, DualSoftmax):
+        ensure_share(matrix.n_items * matrix.n_texts, matrix.device)
         found = test_pass(matrix, tau2=renorm.temperature / math.log(2.0))
         return DualSoftmaxKeys(renorm.temperature, found["item_lse"], found["text_lse"])
     if not isinstance(renorm, QueryBankNorm):
@@ -115,6 +116,8 @@ def renorm_keys(renorm: Renorm, matrix: ScoreMatrix,
     renorm.check_dim(matrix.dim)
     banks = (renorm.text_bank, renorm.item_bank)
     beta2 = renorm.beta / math.log(2.0)
+    passes = [len(bank) * len(gallery) for bank, gallery in zip(banks, (matrix.items, matrix.texts)) if bank is not None]
+    ensure_share(max(passes + ([] if grouped else [matrix.n_items * matrix.n_texts])), matrix.device)
     found = {} if grouped else test_pass(matrix, top1=tuple(bank is not None for bank in banks))
     directions = []
     for bank, gallery, top1 in zip(banks, (matrix.items, matrix.texts), ("t2i_top1", "i2t_top1")):

@@ -29,18 +29,20 @@ column's sums depend on its own scores only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
-from vlr_plugins.eval import _count_kernels
+from vlr_plugins.eval import _count_kernels, _tile_calibration
 from vlr_plugins.eval._cpu_blas import tile_product
+from vlr_plugins.eval._tile_calibration import STATISTICS
 from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
-from vlr_plugins.eval._tiles import ScoreMatrix, UnitRows, exact_matmuls, tile_shape
+from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, exact_matmuls, l2_share, tile_shape
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["bank_pass", "merge_best", "test_pass", "tile_best", "tile_positions", "update_best"]
+__all__ = ["bank_pass", "ensure_share", "merge_best", "test_pass", "tile_best", "tile_positions", "update_best"]
 
 #: where more than this share of a tile's queries may change their best, it is found for all
 _FEW_QUERIES = 0.25
@@ -207,12 +209,12 @@ def tile_best(scores: torch.Tensor, dim: int, work: torch.Tensor, positions: tor
 
 
 class _Worker:
-    def __init__(self, matrix: ScoreMatrix, lse: bool, top1: tuple[bool, bool]) -> None:
+    def __init__(self, matrix: ScoreMatrix, shape: tuple[int, int], lse: bool, top1: tuple[bool, bool]) -> None:
         device, n, m = matrix.device, matrix.n_items, matrix.n_texts
-        self.item_rows, _, _ = matrix.tile_buffers()
-        width = padded_width(matrix.tile_texts)  # rows padded to whole vectors (shifted_lse)
+        self.item_rows = torch.empty(shape[0], matrix.dim, device=device)
+        width = padded_width(shape[1])  # rows padded to whole vectors (shifted_lse)
         self.text_rows = torch.zeros(width, matrix.dim, device=device)
-        self.scores = with_slack(matrix.tile_items, width, device=device)
+        self.scores = with_slack(shape[0], width, device=device)
         self.work = with_slack(*self.scores.shape, device=device)
         self.positions = tile_positions(max(self.scores.shape), device)
         self.loaded, self.n_cols = -1, 0
@@ -229,7 +231,8 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
     ``i2t_top1`` (N,) each item's best text (raw scores, lowest index on ties)."""
     if tau2 is not None and any(top1):
         raise ValueError("test_pass: the log-sum-exps and the top-1s come from separate passes")
-    n_items, n_texts, ti, tt = matrix.n_items, matrix.n_texts, matrix.tile_items, matrix.tile_texts
+    n_items, n_texts = matrix.n_items, matrix.n_texts
+    ti, tt = matrix.tile_shape_of(STATISTICS)
     n_row_tiles, n_col_tiles = -(-n_items // ti), -(-n_texts // tt)
     shift = None if tau2 is None else lse_shift(tau2)
 
@@ -264,7 +267,7 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
                 torch.logaddexp2(item_lse[a0:a1], rows_lse, out=item_lse[a0:a1])
                 torch.logaddexp2(text_lse[t0:t1], cols_lse, out=text_lse[t0:t1])
 
-    workers = [_Worker(matrix, tau2 is not None, top1)
+    workers = [_Worker(matrix, (ti, tt), tau2 is not None, top1)
                for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
     parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
     tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
@@ -308,7 +311,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
     queries = UnitRows(bank, device, "the query bank")
     n_queries, k = len(queries), min(k, n_gallery)
     rows, cols = tile_shape(n_queries, n_gallery, max_chunk_bytes=matrix.max_chunk_bytes // matrix.workers,
-                            device=device, threads=1 if matrix.workers > 1 else None)
+                            device=device, threads=1 if matrix.workers > 1 else None, kind=STATISTICS)
     n_row_tiles, n_col_tiles = -(-n_queries // rows), -(-n_gallery // cols)
     width, shift = padded_width(cols), lse_shift(beta2)
 
@@ -367,3 +370,19 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
     active = torch.zeros(n_gallery, dtype=torch.bool, device=device)
     active[best_index.flatten()] = True
     return log_z.float(), active
+
+
+def _statistics_work(items: torch.Tensor, texts: torch.Tensor, owner: torch.Tensor) -> None:
+    """The work :func:`ensure_share` times: DSL's statistics pass (temperature 100, the papers'
+    and ``DualSoftmax``'s default) over ``items`` x ``texts`` in tiles of the share in force."""
+    matrix = ScoreMatrix(items, texts, owner, device=torch.device("cpu"), max_chunk_bytes=DEFAULT_CHUNK_BYTES)
+    test_pass(matrix, tau2=100.0 / math.log(2.0))
+
+
+def ensure_share(scores: int, device: torch.device) -> None:
+    """Before statistics passes over ``scores`` scores (the larger of the matrix and a bank x its
+    gallery) on ``device``: on a CPU, this machine's share of their tiles calibrated where it is
+    not kept yet and the work is large enough (:func:`~vlr_plugins.eval._tile_calibration.ensure`
+    of the :data:`~vlr_plugins.eval._tile_calibration.STATISTICS` kind; ~3 s, once a machine)."""
+    if torch.device(device).type == "cpu":
+        _tile_calibration.ensure(scores, l2_share(), _statistics_work, kind=STATISTICS)

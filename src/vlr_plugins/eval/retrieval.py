@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from vlr_plugins.eval import _count_kernels, _tile_calibration
-from vlr_plugins.eval._tiles import ScoreMatrix, l2_share
+from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, l2_share
 from vlr_plugins.eval.exact_ranks import exact_ranks
 from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
 from vlr_plugins.eval.best_rank_metrics import rank_metrics as _rank_metrics
@@ -33,7 +33,6 @@ from vlr_plugins.eval.row_ranks import row_ranks
 
 __all__ = ["retrieval_recall"]
 
-DEFAULT_CHUNK_BYTES = 256 * 2**20
 _PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
