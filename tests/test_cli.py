@@ -273,6 +273,6 @@ def test_the_parser_is_built_without_any_trainer_ecosystem():
             "print(','.join(m for m in ('transformers', 'mmengine', 'open_clip', 'open_clip_train', 'lavis', "
             "'peft', 'openai', 'mteb', 'datasets', 'sentence_transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0].split(",") == ["list", "train", "precompute", "eval", "mine", "export", "openclip-train", "lavis-train",
+    assert out[0].split(",") == ["list", "train", "precompute", "eval", "mine", "calibrate", "export", "openclip-train", "lavis-train",
                                  "lavis-eval", "lavis-export", "mteb", "push", "demo", "capst", "caption", "lens", "generate"]
     assert out[1] == ""

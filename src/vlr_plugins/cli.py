@@ -1,4 +1,5 @@
-"""The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, mteb, precompute, eval, export, push, demo.
+"""The ``vlr`` command: list, train, openclip-train, lavis-train/-eval/-export, mteb, precompute, eval, mine, calibrate,
+export, push, demo, capst, caption, lens, generate.
 
 Every command exits with status 2 and a one-line ``error:`` message naming the file,
 record and field when its input is bad (a :class:`~vlr_plugins.errors.UserError`;
@@ -29,6 +30,7 @@ _AREAS = (
     "vlr_plugins.precompute.cli:add_cli",  # precompute
     "vlr_plugins.eval.cli:add_cli",  # eval
     "vlr_plugins.mine.cli:add_cli",  # mine
+    "vlr_plugins.eval.cli_calibrate:add_cli",  # calibrate
     "vlr_plugins.hf_cli:add_export_cli",  # export
     "vlr_plugins.integrations.open_clip.cli:add_cli",  # openclip-train
     "vlr_plugins.integrations.lavis_cli:add_cli",  # lavis-train, lavis-eval, lavis-export

@@ -44,8 +44,8 @@ import torch
 from vlr_plugins.errors import ConfigError
 from vlr_plugins.eval import _count_kernels, _cpu_blas
 
-__all__ = ["CALIBRATE_FROM", "CANDIDATES", "ENGINE", "STATISTICS", "calibrated", "count_saving", "ensure", "measure",
-           "per_thread", "setting"]
+__all__ = ["CALIBRATE_FROM", "CANDIDATES", "ENGINE", "STATISTICS", "calibrated", "count_saving",
+           "ensure", "forget_machine", "measure", "per_thread", "setting"]
 
 #: the shares measured (scores per thread)
 CANDIDATES = tuple(2**k for k in range(17, 22))
@@ -269,3 +269,19 @@ def calibrated(l2_share: int, seconds: dict[int, float]) -> int:
     if rule is None or seconds[fastest] <= _MARGIN * rule:
         return fastest
     return l2_share
+
+
+def forget_machine() -> bool:
+    """Drop this machine's entry (tile BLAS, every share) from the cache file, under its lock, and
+    what this process knows of it, so that the next work measures anew; whether there was one."""
+    path, key = _cpu_blas._cache_file(), _cpu_blas._machine_key()
+    with _cpu_blas._cache_lock(path):
+        data = _cpu_blas._read_cache(path)
+        found = data.pop(key, None) is not None
+        if found:
+            _cpu_blas._write_cache(path, data)
+    _cpu_blas._machine_entry.cache_clear()
+    _known.clear()
+    _savings.clear()
+    return found
+
