@@ -12,7 +12,7 @@ import torch
 
 from _reference import torch_threads
 from vlr_plugins.eval.renorm_keys import with_slack
-from vlr_plugins.eval.renorm_pass import lse_shift, padded_width, shifted_lse, tile_best, tile_positions, update_best
+from vlr_plugins.eval.renorm_pass import lse_shift, merge_best, padded_width, shifted_lse, tile_best, tile_positions, update_best
 
 
 def _reference(scaled: torch.Tensor, dim: int) -> torch.Tensor:
@@ -119,6 +119,67 @@ def test_running_best_over_tiles_in_any_order_is_the_lowest_index_maximum(dim, o
         update_best(tile, dim, g0, best, index, torch.empty_like(tile), positions)
     assert torch.equal(best, scores.max(1).values)
     assert torch.equal(index, scores.argmax(1))  # the first maximal: the lowest index
+
+
+@pytest.mark.parametrize("kernel", ["torch", "numba"])
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("held", [3, 4096])
+def test_running_top1_reads_only_the_reached_queries_and_keeps_the_lowest_index_maximum(dim, held, kernel, monkeypatch):
+    """RunningTop1 as the grouped pass drives it: each query's positive sits in one tile (the
+    diagonal, given to update_best by the worker that visits it), every other tile goes to one of
+    two workers' RunningTop1 with its raw count of each query (scores >= the positive's before
+    it, > after), in a shuffled order; merged, each query's maximum and its lowest index, as
+    argmax. Ties everywhere: maxima equal to the positive before and after it, a query whose every
+    score ties, a late maximum; merges every 3 kept maxima (and every tile) or only at the end."""
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    from vlr_plugins.eval import renorm_pass
+
+    monkeypatch.setenv("VLR_COUNT_KERNEL", kernel)
+    monkeypatch.setattr(renorm_pass, "_HELD", held)
+    g = torch.Generator().manual_seed(7 + dim)
+    queries, gallery, step, diagonal = 41, 320, 64, 128  # every positive in the tile of entries 128..191
+    # a few scores reach a query's positive (0.6), some tie with it: most of a tile's queries unreached
+    sparse = torch.rand(queries, gallery, generator=g) < 0.004
+    scores = torch.where(sparse, torch.randint(2, 5, (queries, gallery), generator=g).float() / 5, 0.0)
+    positive = diagonal + torch.randint(0, step, (queries,), generator=g)
+    scores[torch.arange(queries), positive] = 0.6
+    scores[3], positive[3] = 0.2, 150  # every score ties: the top-1 is the first entry, before the positive
+    scores[5, 250:] = 2.0  # a late maximum
+    scores[6], positive[6] = 0.0, 140
+    scores[6, [10, 140]] = 1.0  # a maximum tied with the positive, before it
+    scores[8], positive[8] = 0.0, 150
+    scores[8, [150, 300]] = 1.0  # ... and after it
+    scores[9], positive[9] = 0.0, 160
+    scores[9, [5, 70, 160, 260]] = 0.6  # ties with the positive in three tiles, two before it
+    scores[10], positive[10] = 0.0, 130
+    scores[10, [20, 90, 130, 300]] = torch.tensor([0.8, 0.8, 0.6, 0.8])  # equal maxima in three tiles
+    scores[11], positive[11] = 0.0, 170
+    scores[11, [10, 170, 300]] = torch.tensor([0.6, 0.6, 0.8])  # a lower entry before the maximum
+    before = torch.arange(gallery) < positive[:, None]
+    at_positive = scores.gather(1, positive[:, None])
+    reached_all = torch.where(before, scores >= at_positive, scores > at_positive).float()
+    positions = tile_positions(gallery, torch.device("cpu"))
+    for _ in range(4):  # tile orders and workers
+        workers = [(torch.full((queries,), -math.inf), torch.full((queries,), gallery, dtype=torch.long))
+                   for _ in range(2)]
+        running = [renorm_pass.RunningTop1(*w) for w in workers]
+        starts = [range(0, gallery, step)[i] for i in torch.randperm(-(-gallery // step), generator=g).tolist()]
+        for g0 in starts:
+            part = scores[:, g0:g0 + step]
+            tile = part.T.contiguous() if dim == 0 else part.contiguous()  # dim 0: queries are columns
+            if g0 == diagonal:
+                update_best(tile, dim, g0, *workers[0], torch.empty_like(tile), positions)
+                continue
+            reached = reached_all[:, g0:g0 + step].sum(1)
+            worker = int(torch.randint(0, 2, (), generator=g))
+            running[worker].tile(tile, dim, g0, 0, reached, torch.empty_like(tile), positions)
+        for r in running:
+            r.flush()
+        best, index = workers[0]
+        merge_best(best, index, *workers[1])
+        assert torch.equal(best, scores.max(1).values)
+        assert torch.equal(index, scores.argmax(1))  # the first maximal: the lowest index
 
 
 @pytest.mark.parametrize("dim", [0, 1])

@@ -40,7 +40,7 @@ from vlr_plugins.eval._tiles import (
 )
 from vlr_plugins.eval.pair_ranks import PairCounts
 from vlr_plugins.eval.renorm_keys import SLACK, QueryBankChoice
-from vlr_plugins.eval.renorm_pass import merge_best, tile_positions, update_best
+from vlr_plugins.eval.renorm_pass import RunningTop1, merge_best, tile_positions, update_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
 
 _INF = float("inf")
@@ -138,6 +138,9 @@ class _Worker:
         self.top1 = {d: (torch.full((sizes[d][0],), -_INF, device=device),
                          torch.full((sizes[d][0],), sizes[d][1], dtype=torch.long, device=device))
                      for d, wanted in top1.items() if wanted}
+        # direction -> the off-diagonal tiles' running top-1s, and a tile's raw count of each query (RunningTop1)
+        self.running = {d: RunningTop1(best, index) for d, (best, index) in self.top1.items()}
+        self.reached = {d: torch.empty(max(rows, cols), device=device) for d in self.top1}
         self.counter: TileCounter | None = None  # the keys' own count of every channel of a tile, if any
         self.loaded = -1  # the text block in text_rows
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # (items, texts) -> score's buffer views
@@ -250,18 +253,27 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             scores, work, spare = worker.score((a0, a1), (t0, t1))
             if worker.counter is not None and worker.counter(scores, spare, a0, t0, r < c):
                 continue
-            worker.track_top1(scores, work, (a0, a1), (t0, t1), positions)
             for channel, ahead, pair_counts in zip(channels, worker.ahead, worker.pair_counts):
                 tile = channel.tile(scores, (a0, a1), (t0, t1), spare, work)
                 # r < c: these items come before the texts' owners, these texts after the items' best
                 if channel.direction == "t2i":
-                    threshold = (channel.down if r < c else channel.threshold)[t0:t1]
-                    count_above(tile, threshold, work, 0, ahead[t0:t1], ones)
+                    threshold, dim, counts = (channel.down if r < c else channel.threshold)[t0:t1], 0, ahead[t0:t1]
                 else:
-                    threshold = (channel.threshold if r < c else channel.down)[a0:a1, None]
-                    count_above(tile, threshold, work, 1, ahead[a0:a1], ones)
-                    if pair_counts is not None:
-                        channel.pairs.off_diagonal(pair_counts, r, c, (a0, a1), tile, work, ones)
+                    threshold, dim, counts = (channel.threshold if r < c else channel.down)[a0:a1, None], 1, ahead[a0:a1]
+                if channel.keys is None and channel.direction in worker.reached:  # the raw top-1s' candidates too
+                    reached = worker.reached[channel.direction][:len(counts)].zero_()
+                    count_above(tile, threshold, work, dim, reached, ones)
+                    counts += reached
+                else:
+                    count_above(tile, threshold, work, dim, counts, ones)
+                if pair_counts is not None:
+                    channel.pairs.off_diagonal(pair_counts, r, c, (a0, a1), tile, work, ones)
+            # the raw top-1s where the raw counts reached (a QueryBankChoice's keys are written apart)
+            for direction, running in worker.running.items():
+                dim, (q0, q1), g0 = (0, (t0, t1), a0) if direction == "t2i" else (1, (a0, a1), t0)
+                running.tile(scores, dim, g0, q0, worker.reached[direction][:q1 - q0], work, positions)
+        for running in worker.running.values():
+            running.flush()
 
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(range(len(items)), diagonal, workers)
