@@ -42,8 +42,8 @@ from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, 
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["bank_pass", "ensure_share", "merge_best", "test_pass", "tile_best", "tile_positions", "update_best",
-           "RunningTop1"]
+__all__ = ["RunningTop1", "bank_pass", "ensure_share", "merge_best", "test_pass", "tile_best", "tile_positions",
+           "update_best"]
 
 #: where more than this share of a tile's queries may change their best, it is found for all
 _FEW_QUERIES = 0.25
