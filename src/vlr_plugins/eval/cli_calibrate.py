@@ -42,12 +42,12 @@ def add_cli(sub: Any) -> None:
     s.set_defaults(fn=cmd_calibrate)
 
 
-def calibrate_machine() -> list[str]:
+def calibrate_machine() -> None:
     """Measure whatever this machine's entry lacks, as the engine would the first time each is
     needed: the tile BLAS (:func:`~vlr_plugins.eval._cpu_blas.choice`), the engine's share for
     each counting ``VLR_COUNT_KERNEL`` allows (``auto``: torch's ops and, where numba is
-    installed, its loops, loaded here) and the statistics passes' share; the share variants kept,
-    in that order (``VLR_CPU_TILE_ELEMS`` ``auto``: another value leaves no share to measure)."""
+    installed, its loops, loaded here) and the statistics passes' share (``VLR_CPU_TILE_ELEMS``
+    ``auto``: another value leaves no share to measure)."""
     import torch
 
     from vlr_plugins.eval import _count_kernels, _cpu_blas, _tile_calibration
@@ -58,20 +58,18 @@ def calibrate_machine() -> list[str]:
     _cpu_blas.choice()
     wanted = _count_kernels.setting()
     kernels = [wanted] if wanted != "auto" else ["torch", *(["numba"] if _count_kernels._kernels() is not None else [])]
-    given, variants = os.environ.get("VLR_COUNT_KERNEL"), []
+    given = os.environ.get("VLR_COUNT_KERNEL")
     try:
         for kernel in kernels:
             os.environ["VLR_COUNT_KERNEL"] = kernel
             _count_kernels.prepare(0)
             _tile_calibration.ensure(_tile_calibration.CALIBRATE_FROM, l2_share(), retrieval_recall)
-            variants.append(_tile_calibration.variant())
     finally:
         if given is None:
             os.environ.pop("VLR_COUNT_KERNEL", None)
         else:
             os.environ["VLR_COUNT_KERNEL"] = given
     ensure_share(_tile_calibration.CALIBRATE_FROM, torch.device("cpu"))
-    return [*variants, _tile_calibration.variant(_tile_calibration.STATISTICS)]
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
