@@ -50,3 +50,49 @@ def test_a_part_that_lacks_a_row_of_its_range_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"shard 1 of 2 should hold items 5..9 \(5\), it holds 4 rows"):
         parts.merge(2)
     assert not (tmp_path / "merged").exists() and parts.dir.is_dir()
+
+
+def _open_part(parts, index, count, start, stop):
+    info = {"index": index, "count": count, "start": start, "stop": stop, "items": len(IDS),
+            "inputs": inputs_digest(IDS), "layout": LAYOUT}
+    w = ResumableEmbeddingStoreWriter(parts.part(index), 5, meta={"encoder": "x", SHARD_KEY: info}, flush_rows=3)
+    w.add(IDS[start:stop], ROWS[start:stop])
+    w.flush()  # durable parts in the work folder, the store not finished
+    return w
+
+
+def test_a_part_finished_while_another_shard_reads_it_is_read_from_where_it_was_moved(tmp_path, monkeypatch):
+    """Under torchrun a rank's settings check can list a faster rank's work folder and open its files
+    after that rank moved the folder into place (CI saw `cannot read this part of an unfinished
+    embedding store (No such file or directory ...)`). Here the other shard finishes between the
+    listing and the first file's opening: the part's settings are read again, from the finished part."""
+    from vlr_plugins.data import resumable_store
+
+    parts = Parts(tmp_path / "merged", 2)
+    parts.dir.mkdir(parents=True)
+    writer = _open_part(parts, 0, 2, 0, 5)
+    read_part, opened = resumable_store._read_part, []
+
+    def finishing_first(path, dim, dtype):
+        if not opened:
+            writer.close()  # the other rank finishes: its work folder is moved onto the part
+        opened.append(path)
+        return read_part(path, dim, dtype)
+
+    monkeypatch.setattr(resumable_store, "_read_part", finishing_first)
+    settings = parts.settings(0)
+    assert settings["finished"] and settings["rows"] == 5 and settings["meta"][SHARD_KEY]["index"] == 0
+    assert ".partial" in str(opened[0])  # the first read did meet the moved folder
+
+
+def test_a_damaged_part_of_an_unfinished_shard_is_still_refused(tmp_path):
+    """The reread is only for a work folder that is gone: a damaged file in one still there stands."""
+    parts = Parts(tmp_path / "merged", 2)
+    parts.dir.mkdir(parents=True)
+    _open_part(parts, 0, 2, 0, 5)
+    from vlr_plugins.data.resumable_store import work_dir_of
+
+    damaged = sorted(work_dir_of(parts.part(0)).glob("embeddings-*.safetensors"))[0]
+    damaged.write_bytes(b"not safetensors")
+    with pytest.raises(DataFormatError, match="cannot read this part of an unfinished embedding store"):
+        parts.settings(0)

@@ -104,8 +104,19 @@ class Parts:
         return parts_by_count(self.dir, _PART)
 
     def settings(self, index: int) -> dict[str, Any] | None:
-        """Part ``index``'s dim, dtype and meta (finished or not), or None when it has none yet."""
-        progress = read_store_progress(self.part(index))
+        """Part ``index``'s dim, dtype and meta (finished or not), or None when it has none yet.
+
+        Another shard may finish its part while it is read here (its work folder moved into place
+        between listing a file and opening it, as a rank's check meets a faster rank's finish under
+        torchrun): a read that fails where the work folder is gone afterwards is read again, from
+        the finished part; a failure while the work folder is still there stands (a damaged part)."""
+        part = self.part(index)
+        try:
+            progress = read_store_progress(part)
+        except (DataFormatError, OSError):
+            if work_dir_of(part).exists():
+                raise
+            progress = read_store_progress(part)
         if progress is None:
             return None
         return {"dim": progress.dim, "dtype": progress.dtype, "meta": progress.meta, "rows": len(progress.ids),
