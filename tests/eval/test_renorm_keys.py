@@ -1,12 +1,15 @@
 """renorm_keys.uniform_: every element of a view through the same exp2 / exp code, so that
-equal scores get equal keys wherever they sit in a tile or a row."""
+equal scores get equal keys wherever they sit in a tile or a row; QueryBankKeys: QB-Norm's keys
+the plain formula's bits."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-from vlr_plugins.eval.renorm_keys import SLACK, uniform_, with_slack
+from vlr_plugins.eval.renorm_keys import SLACK, QueryBankKeys, uniform_, with_slack
 
 
 def _values(n=4000, seed=0):
@@ -66,3 +69,48 @@ def test_needs_contiguous_rows_and_slack_is_documented():
     with pytest.raises(ValueError, match="contiguous"):
         uniform_(with_slack(4, 4).T, "exp2")
     assert with_slack(3, 5).untyped_storage().nbytes() == (15 + SLACK) * 4
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("masked", [False, True])
+def test_query_bank_keys_are_the_plain_formulas_bits(threads, masked):
+    """Every key ``s * beta / ln 2 - log2 Z`` bit for bit as ``torch.mul`` then ``sub_`` give it
+    (the formula the numba counter and the papers' code follow), in tile views of padded rows
+    for both directions and in whole rows; a query left raw keeps its score."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(1)
+        n_items, n_texts, beta = 300, 700, 20.0
+        log_z = {"t2i": torch.randn(n_items, generator=gen) * 40,
+                 "i2t": torch.randn(n_texts, generator=gen) * 40}
+        chosen = {"t2i": torch.rand(n_texts, generator=gen) < 0.5 if masked else None,
+                  "i2t": torch.rand(n_items, generator=gen) < 0.5 if masked else None}
+        keys = QueryBankKeys(beta, (log_z["t2i"], chosen["t2i"]), (log_z["i2t"], chosen["i2t"]))
+        beta2 = beta / math.log(2.0)
+
+        def plain(scores, lz, mask):
+            out = torch.mul(scores, beta2)
+            out.sub_(lz)
+            return out if mask is None else torch.where(mask, out, scores)
+
+        scores = torch.rand(n_items, n_texts, generator=gen) * 2 - 1
+        scores[0, :50] = scores[1, 0]  # equal scores in one row
+        (a0, a1), (t0, t1) = (40, 200), (100, 613)  # a tile of padded rows, as the grouped pass's
+        buffers = torch.empty(2, a1 - a0, 528)
+        tile, spare = buffers[0][:, :t1 - t0], buffers[1][:, :t1 - t0]
+        tile.copy_(scores[a0:a1, t0:t1])
+        t2i = keys.t2i_tile(tile, (a0, a1), (t0, t1), spare, None)
+        mask = None if chosen["t2i"] is None else chosen["t2i"][None, t0:t1]
+        assert torch.equal(t2i, plain(tile, log_z["t2i"][a0:a1, None], mask))
+        i2t = keys.i2t_tile(tile, (a0, a1), (t0, t1), spare, None)
+        mask = None if chosen["i2t"] is None else chosen["i2t"][a0:a1, None]
+        assert torch.equal(i2t, plain(tile, log_z["i2t"][None, t0:t1], mask))
+        queries = torch.tensor([3, 0, 299, 17])
+        for direction, rows in (("t2i", scores.T[queries].contiguous()), ("i2t", scores[queries])):
+            mask = None if chosen[direction] is None else chosen[direction][queries][:, None]
+            expected = plain(rows, log_z[direction][None, :], mask)
+            assert torch.equal(keys.rows(direction, rows, queries), expected)
+            assert torch.equal(keys.direct_rows(direction, rows, queries), expected.double())
+    finally:
+        torch.set_num_threads(before)

@@ -200,11 +200,22 @@ class QueryBankKeys:
                  i2t: tuple[torch.Tensor, torch.Tensor | None] | None) -> None:
         self.beta2 = beta / _LN2
         self.t2i, self.i2t = t2i, i2t
+        # -log2 Z of each direction, for the keys' one call (_normalised)
+        self._minus = {d: -bank[0] for d, bank in (("t2i", t2i), ("i2t", i2t)) if bank is not None}
+        self._ones: dict[tuple, torch.Tensor] = {}  # (width, device, dtype) -> a (1, width) row of ones
 
-    def _normalised(self, scores: torch.Tensor, log_z: torch.Tensor, rows_normalised: torch.Tensor | None,
+    def _normalised(self, scores: torch.Tensor, minus_log_z: torch.Tensor, rows_normalised: torch.Tensor | None,
                     cols_normalised: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-        torch.mul(scores, self.beta2, out=out)
-        out.sub_(log_z)
+        # ``scores * beta2 - log_z`` in one pass: ATen's addcmul computes ``self + value * t1 * t2``
+        # as ((value * t1) * t2) + self, so with t2 = 1 the same two roundings as ``mul`` then
+        # ``sub_`` (a fused multiply-add of its last product changes nothing: that product is
+        # exact), bit for bit (tested). The ones are a contiguous row: with a (1, 1) one against a
+        # per-row log Z, both broadcast inputs lack a unit stride and ATen takes its scalar loop.
+        shape = (scores.shape[1], scores.device, scores.dtype)
+        ones = self._ones.get(shape)
+        if ones is None:
+            ones = self._ones[shape] = torch.ones(1, shape[0], device=scores.device, dtype=scores.dtype)
+        torch.addcmul(minus_log_z, scores, ones, value=self.beta2, out=out)
         if rows_normalised is None and cols_normalised is None:
             return out
         mask = rows_normalised[:, None] if rows_normalised is not None else cols_normalised[None, :]
@@ -215,27 +226,27 @@ class QueryBankKeys:
         """Text-to-image keys of the tile (in ``spare``; ``scores`` itself without a text bank)."""
         if self.t2i is None:
             return scores
-        log_z, normalised = self.t2i
+        normalised = self.t2i[1]
         cols = None if normalised is None else normalised[texts[0]:texts[1]]
-        return self._normalised(scores, log_z[items[0]:items[1], None], None, cols, spare)
+        return self._normalised(scores, self._minus["t2i"][items[0]:items[1], None], None, cols, spare)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
         """Image-to-text keys of the tile, after :meth:`t2i_tile` (in ``spare``, or ``scores``)."""
         if self.i2t is None:
             return scores
-        log_z, normalised = self.i2t
+        normalised = self.i2t[1]
         rows = None if normalised is None else normalised[items[0]:items[1]]
-        return self._normalised(scores, log_z[None, texts[0]:texts[1]], rows, None, spare)
+        return self._normalised(scores, self._minus["i2t"][None, texts[0]:texts[1]], rows, None, spare)
 
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries``."""
         bank = self.t2i if direction == "t2i" else self.i2t
         if bank is None:
             return scores
-        log_z, normalised = bank
+        normalised = bank[1]
         rows = None if normalised is None else normalised[queries]
-        return self._normalised(scores, log_z[None, :], rows, None, torch.empty_like(scores))
+        return self._normalised(scores, self._minus[direction][None, :], rows, None, torch.empty_like(scores))
 
     @staticmethod
     def safe(keys: torch.Tensor) -> torch.Tensor:
