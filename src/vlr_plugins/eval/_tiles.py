@@ -141,10 +141,12 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, work: torch.Tens
         return
     compare(scores, thresholds, out=work)
     mask = work if dim == 1 else work.T
+    if ones.shape[0] != mask.shape[1]:
+        ones = ones[:mask.shape[1]]
     if counts.dtype == mask.dtype:
-        counts.addmv_(mask, ones[:mask.shape[1]])
+        counts.addmv_(mask, ones)
     else:
-        counts += torch.mv(mask, ones[:mask.shape[1]])
+        counts += torch.mv(mask, ones)
 
 
 def count_accumulators(n_items: int, n_texts: int, device: torch.device) -> list[torch.Tensor]:

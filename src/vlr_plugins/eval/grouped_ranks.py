@@ -144,6 +144,9 @@ class _Worker:
         self.counter: TileCounter | None = None  # the keys' own count of every channel of a tile, if any
         self.loaded = -1  # the text block in text_rows
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # (items, texts) -> score's buffer views
+        self._channel_views: dict[tuple[str, int], list[tuple[torch.Tensor, ...] | None]] = {}
+        self._reached_views: dict[tuple[str, int], torch.Tensor] = {}
+        self._channels = channels
 
     def load_texts(self, block: int, t0: int, t1: int) -> None:
         """Text block ``block`` (texts t0..t1 - 1) into the text rows, zero rows up to the
@@ -168,6 +171,31 @@ class _Worker:
         self.matrix.items.load(slice(a0, a1), item_rows)
         scores = tile_product(item_rows, text_rows, out, new_result_ok=True)[:, :t1 - t0]
         return scores, work, spare
+
+    def channel_views(self, direction: str, block: int, q0: int, q1: int) -> list[tuple[torch.Tensor, ...] | None]:
+        """Per channel of ``direction`` (None for the others): its thresholds for ``>`` and for
+        ``>=`` (the next float below) of queries q0 .. q1 - 1 (the texts of a text block, or as
+        (k, 1) the items of an item block) and this worker's counts of them. Made once a block
+        and kept (a tile takes ~10 of them: ~2 us each, ~3 % of a rank pass made a tile)."""
+        key = (direction, block)
+        views = self._channel_views.get(key)
+        if views is None:
+            def of(channel: _Channel, ahead: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                threshold, down = channel.threshold[q0:q1], channel.down[q0:q1]
+                if direction == "i2t":
+                    threshold, down = threshold[:, None], down[:, None]
+                return threshold, down, ahead[q0:q1]
+            views = self._channel_views[key] = [of(channel, ahead) if channel.direction == direction else None
+                                                for channel, ahead in zip(self._channels, self.ahead)]
+        return views
+
+    def reached_view(self, direction: str, n: int) -> torch.Tensor:
+        """The first ``n`` of ``direction``'s raw counts of a tile ("ones": of the ones that sum
+        a mask's rows); kept, as :meth:`channel_views`."""
+        view = self._reached_views.get((direction, n))
+        if view is None:
+            view = self._reached_views[direction, n] = (self.ones if direction == "ones" else self.reached[direction])[:n]
+        return view
 
     def track_top1(self, scores: torch.Tensor, work: torch.Tensor, items: tuple[int, int],
                    texts: tuple[int, int], positions: torch.Tensor) -> None:
@@ -246,6 +274,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         c, rows = task
         t0, t1 = texts[c]
         worker.load_texts(c, t0, t1)
+        columns = worker.channel_views("t2i", c, t0, t1)
         for r in rows:
             if r == c:
                 continue
@@ -253,25 +282,29 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             scores, work, spare = worker.score((a0, a1), (t0, t1))
             if worker.counter is not None and worker.counter(scores, spare, a0, t0, r < c):
                 continue
-            for channel, ahead, pair_counts in zip(channels, worker.ahead, worker.pair_counts):
+            for channel, column, row, pair_counts in zip(channels, columns, worker.channel_views("i2t", r, a0, a1),
+                                                         worker.pair_counts):
                 tile = channel.tile(scores, (a0, a1), (t0, t1), spare, work)
                 # r < c: these items come before the texts' owners, these texts after the items' best
-                if channel.direction == "t2i":
-                    threshold, dim, counts = (channel.down if r < c else channel.threshold)[t0:t1], 0, ahead[t0:t1]
+                if column is not None:
+                    threshold, down, counts = column
+                    threshold, dim = (down if r < c else threshold), 0
                 else:
-                    threshold, dim, counts = (channel.threshold if r < c else channel.down)[a0:a1, None], 1, ahead[a0:a1]
+                    threshold, down, counts = row
+                    threshold, dim = (threshold if r < c else down), 1
+                summed = worker.reached_view("ones", a1 - a0 if dim == 0 else t1 - t0)
                 if channel.keys is None and channel.direction in worker.reached:  # the raw top-1s' candidates too
-                    reached = worker.reached[channel.direction][:len(counts)].zero_()
-                    count_above(tile, threshold, work, dim, reached, ones)
+                    reached = worker.reached_view(channel.direction, len(counts)).zero_()
+                    count_above(tile, threshold, work, dim, reached, summed)
                     counts += reached
                 else:
-                    count_above(tile, threshold, work, dim, counts, ones)
+                    count_above(tile, threshold, work, dim, counts, summed)
                 if pair_counts is not None:
                     channel.pairs.off_diagonal(pair_counts, r, c, (a0, a1), tile, work, ones)
             # the raw top-1s where the raw counts reached (a QueryBankChoice's keys are written apart)
             for direction, running in worker.running.items():
                 dim, (q0, q1), g0 = (0, (t0, t1), a0) if direction == "t2i" else (1, (a0, a1), t0)
-                running.tile(scores, dim, g0, q0, worker.reached[direction][:q1 - q0], work, positions)
+                running.tile(scores, dim, g0, q0, worker.reached_view(direction, q1 - q0), work, positions)
         for running in worker.running.values():
             running.flush()
 

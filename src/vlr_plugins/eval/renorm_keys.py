@@ -203,6 +203,7 @@ class QueryBankKeys:
         # -log2 Z of each direction, for the keys' one call (_normalised)
         self._minus = {d: -bank[0] for d, bank in (("t2i", t2i), ("i2t", i2t)) if bank is not None}
         self._ones: dict[tuple, torch.Tensor] = {}  # (width, device, dtype) -> a (1, width) row of ones
+        self._blocks: dict[tuple[str, int, int], torch.Tensor] = {}  # a tile's -log2 Z, made once a block
 
     def _normalised(self, scores: torch.Tensor, minus_log_z: torch.Tensor, rows_normalised: torch.Tensor | None,
                     cols_normalised: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
@@ -228,7 +229,7 @@ class QueryBankKeys:
             return scores
         normalised = self.t2i[1]
         cols = None if normalised is None else normalised[texts[0]:texts[1]]
-        return self._normalised(scores, self._minus["t2i"][items[0]:items[1], None], None, cols, spare)
+        return self._normalised(scores, self._block("t2i", *items), None, cols, spare)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
@@ -237,7 +238,16 @@ class QueryBankKeys:
             return scores
         normalised = self.i2t[1]
         rows = None if normalised is None else normalised[items[0]:items[1]]
-        return self._normalised(scores, self._minus["i2t"][None, texts[0]:texts[1]], rows, None, spare)
+        return self._normalised(scores, self._block("i2t", *texts), rows, None, spare)
+
+    def _block(self, direction: str, g0: int, g1: int) -> torch.Tensor:
+        """-log2 Z of gallery entries g0 .. g1 - 1 of ``direction`` as a tile broadcasts it: (k, 1)
+        per item for text-to-image, (1, k) per text for image-to-text (made once a block)."""
+        view = self._blocks.get((direction, g0, g1))
+        if view is None:
+            minus = self._minus[direction][g0:g1]
+            view = self._blocks[direction, g0, g1] = minus[:, None] if direction == "t2i" else minus[None, :]
+        return view
 
     def rows(self, direction: str, scores: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """(Q, G) keys of whole rows ``scores`` of ``queries``."""
