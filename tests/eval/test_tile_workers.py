@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -10,6 +11,9 @@ import torch
 from _reference import torch_threads
 from vlr_plugins.eval._tile_workers import (
     MIN_WORKER_TILE_ELEMS,
+    PARTS_PER_WORKER,
+    TAIL_SPLIT,
+    column_tasks,
     one_thread_per_worker,
     tile_workers,
     visit_in_parallel,
@@ -78,3 +82,23 @@ def test_torch_threads_are_one_inside_and_restored_after_even_on_error():
         assert torch.get_num_threads() == 2
         with one_thread_per_worker(1):
             assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("n_cols, n_rows, workers", [(4, 138, 2), (63, 63, 2), (1, 5, 2), (3, 1, 4), (11, 40, 3), (7, 9, 1)])
+def test_column_tasks_cover_every_tile_once_in_column_order_and_shrink_at_the_end(n_cols, n_rows, workers):
+    tasks = column_tasks(n_cols, n_rows, workers)
+    tiles = [(c, r) for c, rows in tasks for r in rows]
+    assert tiles == [(c, r) for c in range(n_cols) for r in range(n_rows)]
+    assert all(len(rows) > 0 for _, rows in tasks)
+    if workers == 1:
+        assert [c for c, _ in tasks] == list(range(n_cols))
+        return
+    total = n_cols * n_rows
+    assert len(tasks) >= min(total, PARTS_PER_WORKER * workers)
+    left = total
+    for _, rows in tasks:  # no task longer than its share of what is left
+        assert len(rows) <= max(1, -(-left // (TAIL_SPLIT * workers)))
+        left -= len(rows)
+    assert len(tasks[-1][1]) == 1
+    # the equal parts stay as they were while much is left: no more than a few tasks added
+    assert len(tasks) <= PARTS_PER_WORKER * workers + n_cols + TAIL_SPLIT * workers * (1 + math.log(total))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from vlr_plugins.eval._cpu_blas import tile_product
-from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
+from vlr_plugins.eval._tile_workers import column_tasks, one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import ScoreMatrix, count_above, count_accumulators, exact_matmuls
 from vlr_plugins.eval.pair_ranks import PairSlots, least_per_item
 from vlr_plugins.eval.row_ranks import row_ranks
@@ -229,9 +229,7 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
                             work[:n_rows, :n_cols], ones)
 
     workers = _workers(matrix, n_col_tiles * n_row_tiles, ahead_of_items, ahead_of_texts, slots)
-    # each column in parts of about equal work, so that the workers finish together
-    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
-    tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
+    tasks = column_tasks(n_col_tiles, n_row_tiles, len(workers))
     with one_thread_per_worker(len(workers)):
         visit_in_parallel(tasks, column_part, workers)
     for worker in workers:

@@ -30,7 +30,7 @@ import torch
 
 from vlr_plugins.eval._count_kernels import TileCounter, raw_counter
 from vlr_plugins.eval._cpu_blas import tile_product
-from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
+from vlr_plugins.eval._tile_workers import column_tasks, one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import (
     ScoreMatrix,
     count_above,
@@ -321,10 +321,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
                          for d in ("t2i", "i2t"))
                 worker.counter = (keys.tile_counter(*sides, worker.top1) if keys is not None
                                   else raw_counter(*sides))
-        # each column in parts of about equal work, so that the workers finish together
-        parts = PARTS_PER_WORKER * len(workers) // len(texts) + 1 if len(workers) > 1 else 1
-        tasks = [(c, rows) for c in range(len(texts)) for rows in split_range(len(items), parts)]
-        visit_in_parallel(tasks, column_part, workers)
+        visit_in_parallel(column_tasks(len(texts), len(items), len(workers)), column_part, workers)
     ranks: dict[str, list[torch.Tensor]] = {"t2i": [], "i2t": []}
     pairs: list[torch.Tensor] = []
     for i, channel in enumerate(channels):

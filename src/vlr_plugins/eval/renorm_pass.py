@@ -37,7 +37,7 @@ import torch
 from vlr_plugins.eval import _count_kernels, _tile_calibration
 from vlr_plugins.eval._cpu_blas import tile_product
 from vlr_plugins.eval._tile_calibration import STATISTICS
-from vlr_plugins.eval._tile_workers import PARTS_PER_WORKER, one_thread_per_worker, split_range, visit_in_parallel
+from vlr_plugins.eval._tile_workers import column_tasks, one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, exact_matmuls, l2_share, tile_shape
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
@@ -337,8 +337,7 @@ def test_pass(matrix: ScoreMatrix, tau2: float | None = None, top1: tuple[bool, 
 
     workers = [_Worker(matrix, (ti, tt), tau2 is not None, top1)
                for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
-    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
-    tasks = [(c, rows) for c in range(n_col_tiles) for rows in split_range(n_row_tiles, parts)]
+    tasks = column_tasks(n_col_tiles, n_row_tiles, len(workers))
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(tasks, column_part, workers)
     first, out = workers[0], {}
@@ -423,8 +422,7 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
             torch.logaddexp2(worker.log_z[g0:g1], log_z, out=worker.log_z[g0:g1])
 
     workers = [Worker() for _ in range(max(1, min(matrix.workers, n_row_tiles * n_col_tiles)))]
-    parts = PARTS_PER_WORKER * len(workers) // n_col_tiles + 1 if len(workers) > 1 else 1
-    tasks = [(c, part) for c in range(n_col_tiles) for part in split_range(n_row_tiles, parts)]
+    tasks = column_tasks(n_col_tiles, n_row_tiles, len(workers))
     with exact_matmuls(), one_thread_per_worker(len(workers)):
         visit_in_parallel(tasks, column_part, workers)
     first = workers[0]
