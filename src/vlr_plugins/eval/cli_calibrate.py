@@ -102,7 +102,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _describe(entry: dict) -> str:
     """The lines ``vlr calibrate`` prints of a machine's cache entry."""
-    from vlr_plugins.eval import _count_kernels, _tile_calibration
+    from vlr_plugins.eval import _count_kernels, _cpu_blas, _tile_calibration
     from vlr_plugins.eval._tiles import l2_cache_bytes, l2_share
 
     lines = []
@@ -110,7 +110,10 @@ def _describe(entry: dict) -> str:
     shape = "x".join(str(k) for k in entry.get("shape") or ())
     timed = ", ".join(f"{name} {value * 1e3:.2f} ms" + ("" if name == "torch" or eligible.get(name) else " (not eligible)")
                       for name, value in seconds.items() if isinstance(value, (int, float)))
-    lines.append(f"tile BLAS: {entry.get('choice')} (a {shape} product on one thread: {timed})")
+    forced = _cpu_blas.setting()  # the measured choice is what auto takes; VLR_CPU_BLAS may fix another
+    in_force, how = (entry.get("choice"), "") if forced == "auto" else (forced, f"; VLR_CPU_BLAS={forced}, "
+                                                                               f"auto would take {entry.get('choice')}")
+    lines.append(f"tile BLAS: {in_force} (a {shape} product on one thread: {timed}{how})")
     l2 = l2_cache_bytes()
     lines.append(f"tile shares, scores a thread (the L2 rule's: {l2_share():,}, L2 {l2 // 2**10 if l2 else '?'} KiB):")
     for name, record in (entry.get("tile_elems") or {}).items():
