@@ -14,6 +14,7 @@ import torch
 
 from _reference import random_problem
 from vlr_plugins.eval import retrieval_recall
+from vlr_plugins.eval._tile_calibration import ENGINE, STATISTICS
 from vlr_plugins.eval._tiles import (
     BYTES_PER_TILE_ELEM,
     ScoreMatrix,
@@ -39,17 +40,18 @@ COCO_TRAIN = (118_287, 591_753)
 @pytest.mark.parametrize("budget", [8, 64, 4096, 100_000, 2**20, 2**28, 2**30])
 @pytest.mark.parametrize("n, m", [(1, 1), (1, 7), (10, 50), (999, 7), (1000, 5000), COCO_TRAIN,
                                   (10**7, 5 * 10**7)])
-def test_a_tile_and_its_work_buffer_fit_the_budget(budget, n, m):
+@pytest.mark.parametrize("kind", [ENGINE, STATISTICS])
+def test_a_tile_and_its_work_buffer_fit_the_budget(budget, n, m, kind):
     for device, threads in ((CPU, 1), (CPU, 2), (CPU, 16), (CUDA, None)):
         for chunk_size in (None, 1, 7, 512, 10**9):
             rows, cols = tile_shape(n, m, max_chunk_bytes=budget, device=device, chunk_size=chunk_size,
-                                    threads=threads)
+                                    threads=threads, kind=kind)
             where = (device.type, threads, chunk_size, rows, cols)
             assert 1 <= rows <= n and 1 <= cols <= m, where
             assert rows * cols * BYTES_PER_TILE_ELEM <= budget, where
             most = budget // BYTES_PER_TILE_ELEM
             if device.type == "cpu":  # each thread's share stays cache-sized: this machine's L2 in scores
-                per_thread = cpu_tile_elems_per_thread(n * m)
+                per_thread = cpu_tile_elems_per_thread(n * m, kind)
                 assert rows * cols <= threads * per_thread, where
                 most = min(most, threads * per_thread)
             if chunk_size is not None:  # chunk_size fixes the items per tile, within the budget
@@ -228,3 +230,13 @@ def test_a_row_that_is_not_finite_is_named(bad):
     with pytest.raises(ValueError, match="query_emb: row 2 of 30 is not finite"):
         mine_hard_negatives(queries, items, owner[:, None].tolist(), k=2)
     assert retrieval_recall(items, texts, owner) == retrieval_recall(items, texts, owner)  # finite: fine
+
+
+def test_the_engine_s_tiles_are_wide_and_the_statistics_passes_square():
+    budget = 2**40
+    for kind, aspect in ((ENGINE, 8), (STATISTICS, 1)):
+        elems = tile_budget(max_chunk_bytes=budget, device=CPU, threads=1, scores=COCO_TRAIN[0] * COCO_TRAIN[1],
+                            kind=kind)
+        rows, cols = tile_shape(*COCO_TRAIN, max_chunk_bytes=budget, device=CPU, threads=1, kind=kind)
+        assert abs(cols / rows - aspect) <= 0.05 * aspect, (kind, rows, cols)
+        assert 0.95 * elems <= rows * cols <= elems

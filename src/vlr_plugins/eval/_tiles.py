@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from vlr_plugins.eval._count_kernels import count as count_kernel
-from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, ENGINE, per_thread
+from vlr_plugins.eval._tile_calibration import CALIBRATE_FROM, ENGINE, STATISTICS, per_thread
 from vlr_plugins.eval._tile_workers import tile_workers
 
 #: the memory a retrieval's tiles take at most by default (``retrieval_recall``'s ``max_chunk_bytes``)
@@ -36,13 +36,20 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     on CPU also at most :func:`cpu_tile_elems_per_thread` elements per thread (``threads``,
     default ``torch.get_num_threads()``; of ``kind``'s work), so that each thread's share of the element-wise
     passes stay near its core's caches while their fixed costs are amortised. ``chunk_size``
-    fixes the items per tile (within the budget)."""
+    fixes the items per tile (within the budget).
+
+    The engine's tiles are 8 times as wide as they are tall; the statistics passes' (``kind``
+    :data:`~vlr_plugins.eval._tile_calibration.STATISTICS`: a product, exponentials and sums of
+    larger tiles) square, the fewest embedding rows for their scores: QB-Norm's bank pass at 10K x
+    50K 4-8 % faster than at 8 : 1 (360 x 2,500 -> 1,021 x 1,000), DSL's statistics pass 1-5 %
+    (Zen 4, one and two threads, docs/benchmarks.md)."""
     tile_elems = tile_budget(max_chunk_bytes=max_chunk_bytes, device=device, threads=threads,
                              scores=n_items * n_texts, kind=kind)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
-    else:  # as wide as 8 rows, then evened out so that the last tile is not mostly padding
-        tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // 8), n_items)))
+    else:  # as wide as 8 rows (square), then evened out so that the last tile is not mostly padding
+        aspect = 1 if kind == STATISTICS else 8
+        tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // aspect), n_items)))
     tile_texts = max(1, min(n_texts, tile_elems // tile_items))
     return tile_items, _even_split(n_texts, tile_texts)
 
