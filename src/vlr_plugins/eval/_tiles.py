@@ -47,7 +47,8 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
                              scores=n_items * n_texts, kind=kind)
     if chunk_size is not None:
         tile_items = max(1, min(chunk_size, n_items, tile_elems))
-    else:  # 8 times as wide as tall (square), then evened out so that the last tile is not mostly padding
+    else:  # the engine's 8 times as wide as tall, the statistics passes' square; evened out so that
+        # the last tile is not mostly padding
         aspect = 1 if kind == STATISTICS else 8
         tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // aspect), n_items)))
     tile_texts = max(1, min(n_texts, tile_elems // tile_items))

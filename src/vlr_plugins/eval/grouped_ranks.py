@@ -145,7 +145,7 @@ class _Worker:
         self.loaded = -1  # the text block in text_rows
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # (items, texts) -> score's buffer views
         self._channel_views: dict[tuple[str, int], list[tuple[torch.Tensor, ...] | None]] = {}
-        self._reached_views: dict[tuple[str, int], torch.Tensor] = {}
+        self._prefixes: dict[tuple[str, int], torch.Tensor] = {}
         self._channels = channels
 
     def load_texts(self, block: int, t0: int, t1: int) -> None:
@@ -176,7 +176,7 @@ class _Worker:
         """Per channel of ``direction`` (None for the others): its thresholds for ``>`` and for
         ``>=`` (the next float below) of queries q0 .. q1 - 1 (the texts of a text block, or as
         (k, 1) the items of an item block) and this worker's counts of them. Made once a block
-        and kept (a tile takes ~10 of them: ~2 us each, ~3 % of a rank pass made a tile)."""
+        and kept (sliced anew, a tile's ~10 views at ~2 us each were ~3 % of QB-Norm's rank pass)."""
         key = (direction, block)
         views = self._channel_views.get(key)
         if views is None:
@@ -189,12 +189,12 @@ class _Worker:
                                                 for channel, ahead in zip(self._channels, self.ahead)]
         return views
 
-    def reached_view(self, direction: str, n: int) -> torch.Tensor:
-        """The first ``n`` of ``direction``'s raw counts of a tile ("ones": of the ones that sum
-        a mask's rows); kept, as :meth:`channel_views`."""
-        view = self._reached_views.get((direction, n))
+    def prefix(self, vector: str, n: int) -> torch.Tensor:
+        """The first ``n`` of one of the worker's vectors: ``"ones"`` (which sum a mask's rows) or a
+        direction's (``"t2i"``, ``"i2t"``) raw counts of a tile; kept, as :meth:`channel_views`."""
+        view = self._prefixes.get((vector, n))
         if view is None:
-            view = self._reached_views[direction, n] = (self.ones if direction == "ones" else self.reached[direction])[:n]
+            view = self._prefixes[vector, n] = (self.ones if vector == "ones" else self.reached[vector])[:n]
         return view
 
     def track_top1(self, scores: torch.Tensor, work: torch.Tensor, items: tuple[int, int],
@@ -292,9 +292,9 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
                 else:
                     threshold, down, counts = row
                     threshold, dim = (threshold if r < c else down), 1
-                summed = worker.reached_view("ones", a1 - a0 if dim == 0 else t1 - t0)
+                summed = worker.prefix("ones", a1 - a0 if dim == 0 else t1 - t0)
                 if channel.keys is None and channel.direction in worker.reached:  # the raw top-1s' candidates too
-                    reached = worker.reached_view(channel.direction, len(counts)).zero_()
+                    reached = worker.prefix(channel.direction, len(counts)).zero_()
                     count_above(tile, threshold, work, dim, reached, summed)
                     counts += reached
                 else:
@@ -304,7 +304,7 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             # the raw top-1s where the raw counts reached (a QueryBankChoice's keys are written apart)
             for direction, running in worker.running.items():
                 dim, (q0, q1), g0 = (0, (t0, t1), a0) if direction == "t2i" else (1, (a0, a1), t0)
-                running.tile(scores, dim, g0, q0, worker.reached_view(direction, q1 - q0), work, positions)
+                running.tile(scores, dim, g0, q0, worker.prefix(direction, q1 - q0), work, positions)
         for running in worker.running.values():
             running.flush()
 
