@@ -136,9 +136,9 @@ def test_the_dual_softmax_counter_counts_as_the_engines_torch_steps(numba_loops,
     assert keys.shift is not None  # factored: the counter's case
     scores = _cosines(a1 - a0, t1 - t0, seed=2, layout=layout)
     monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")  # the reference: the engine's steps in torch
-    spare = with_slack(*scores.shape)
-    t2i = keys.t2i_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
-    i2t = keys.i2t_tile(scores.clone(), _ITEMS, _TEXTS, spare, None).clone()
+    spare, tile = with_slack(*scores.shape), scores.clone()  # one tile's keys, as the grouped pass makes them
+    t2i = keys.t2i_tile(tile, _ITEMS, _TEXTS, spare, None).clone()
+    i2t = keys.i2t_tile(tile, _ITEMS, _TEXTS, spare, None).clone()
     cols = (*_thresholds(t2i, 0, _M, t0, seed=3), _start(_M, 4, dtype))
     rows = (*_thresholds(i2t, 1, _N, a0, seed=5), _start(_N, 6, dtype))
     expected_cols, expected_rows = cols[2].clone(), rows[2].clone()

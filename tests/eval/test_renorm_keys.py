@@ -1,6 +1,6 @@
 """renorm_keys.uniform_: every element of a view through the same exp2 / exp code, so that
-equal scores get equal keys wherever they sit in a tile or a row; QueryBankKeys: QB-Norm's keys
-the plain formula's bits."""
+equal scores get equal keys wherever they sit in a tile or a row; QueryBankKeys and
+DualSoftmaxKeys: QB-Norm's and the dual softmax's keys the plain formula's bits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from vlr_plugins.eval.renorm_keys import SLACK, QueryBankKeys, uniform_, with_slack
+from vlr_plugins.eval.renorm_keys import SLACK, DualSoftmaxKeys, QueryBankKeys, uniform_, with_slack
 
 
 def _values(n=4000, seed=0):
@@ -112,5 +112,46 @@ def test_query_bank_keys_are_the_plain_formulas_bits(threads, masked):
             expected = plain(rows, log_z[direction][None, :], mask)
             assert torch.equal(keys.rows(direction, rows, queries), expected)
             assert torch.equal(keys.direct_rows(direction, rows, queries), expected.double())
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dual_softmax_keys_are_the_plain_formulas_bits(threads):
+    """The factored keys ``p * 2^(c - L)``, ``p = s * exp2(s * tau / ln 2 - c)``, bit for bit as
+    ``torch.mul``, ``sub_``, the exponential (through ``uniform_``) and two ``mul`` give them, in a
+    tile of padded rows (both directions from one buffer, as the grouped pass makes them) and in
+    whole rows; the text-to-image keys survive the image-to-text ones."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(2)
+        n_items, n_texts, tau = 300, 700, 100.0
+        keys = DualSoftmaxKeys(tau, torch.randn(n_items, generator=gen) * 3 + 60,
+                               torch.randn(n_texts, generator=gen) * 3 + 58)
+        assert keys.shift is not None  # factored
+        tau2 = tau / math.log(2.0)
+
+        def plain(scores, factor):
+            e = with_slack(*scores.shape)
+            torch.mul(scores, tau2, out=e)
+            e.sub_(keys.shift)
+            return uniform_(e, "exp2").mul_(scores).mul_(factor)
+
+        scores = torch.rand(n_items, n_texts, generator=gen) * 0.8 - 0.2
+        scores[0, :50] = scores[1, 0]  # equal scores in one row
+        (a0, a1), (t0, t1) = (40, 200), (100, 613)
+        buffers = torch.empty(2, (a1 - a0) * 528 + SLACK)
+        tile, spare = (b[:(a1 - a0) * 528].view(a1 - a0, 528)[:, :t1 - t0] for b in buffers)
+        tile.copy_(scores[a0:a1, t0:t1])
+        t2i = keys.t2i_tile(tile, (a0, a1), (t0, t1), spare, None).clone()
+        i2t = keys.i2t_tile(tile, (a0, a1), (t0, t1), spare, None)
+        raw = scores[a0:a1, t0:t1]
+        assert torch.equal(t2i, plain(raw, keys.item_factor[a0:a1, None]))
+        assert torch.equal(i2t, plain(raw, keys.text_factor[None, t0:t1]))
+        queries = torch.tensor([3, 0, 299, 17])
+        for direction, rows in (("t2i", scores.T[queries].contiguous()), ("i2t", scores[queries])):
+            factor = (keys.item_factor if direction == "t2i" else keys.text_factor)[None, :]
+            assert torch.equal(keys.rows(direction, rows, queries), plain(rows, factor))
     finally:
         torch.set_num_threads(before)

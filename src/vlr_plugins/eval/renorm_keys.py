@@ -19,7 +19,8 @@ each score, in the same order.
   takes a slow path, and a masked fill costs ~4 ns per score on CPU, half of the product's own
   cost); factored where the statistics allow (always for real embeddings), one exponential per
   score serves both directions: ``p = s exp2(s tau / ln 2 - c)`` and the keys ``p 2^(c - L)``
-  (:class:`DualSoftmaxKeys`), six elementwise operations per tile for both directions, not eight.
+  (:class:`DualSoftmaxKeys`), five elementwise operations per tile for both directions, not eight
+  (``s tau2 - c`` is one ``addcmul``, as QB-Norm's keys).
 * QB-Norm: a normalised query's key is ``s beta / ln 2 - log2 Z_g`` (``log2(exp(beta s) / Z_g)``),
   any other query's its raw score. Whether a query is normalised depends on its raw top-1
   over the whole gallery: the grouped pass counts both cases and finds the top-1s in the same
@@ -86,6 +87,32 @@ def uniform_(t: torch.Tensor, op: str) -> torch.Tensor:
     return t
 
 
+class _Rows:
+    """Rows of one value a tile broadcasts, made once for each (width, device, dtype, value)."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, like: torch.Tensor, value: float) -> torch.Tensor:
+        """A contiguous (1, width) row of ``value``, ``like``'s width, device and dtype."""
+        shape = (like.shape[-1], like.device, like.dtype, value)
+        row = self._made.get(shape)
+        if row is None:
+            row = self._made[shape] = torch.full((1, shape[0]), value, device=like.device, dtype=like.dtype)
+        return row
+
+
+def _scaled_plus(scores: torch.Tensor, scale: float, offset: torch.Tensor, ones: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+    """out = scores * scale + offset (``offset`` broadcast; ``ones`` a (1, width) row of ones) in
+    one pass, bit for bit ``torch.mul(scores, scale)`` then ``add_(offset)``: ATen's addcmul
+    computes ``self + value * t1 * t2`` as ``((value * t1) * t2) + self``, so with t2 = 1 the same
+    two roundings (a fused multiply-add of its last product changes nothing: that product is
+    exact; tested). The ones are a contiguous row: where ``offset`` and the ones both broadcast
+    without a unit stride ATen takes its scalar loop."""
+    return torch.addcmul(offset, scores, ones, value=scale, out=out)
+
+
 def _dsl_key(scores: torch.Tensor, tau2: float, lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out = scores * exp2(scores * tau2 - lse), elementwise (``lse`` broadcast; ``out``:
     storage with :data:`SLACK`)."""
@@ -119,9 +146,10 @@ class DualSoftmaxKeys:
     exponential normal too (``s tau2 - L >= -100``, so ``s tau2 - c >= -125``), and a key whose
     exponential underflowed is below 2^-101 in magnitude, so :meth:`safe` means what it means
     for the unfactored keys (``s exp2(s tau2 - L)``, taken otherwise). In the grouped pass
-    :meth:`t2i_tile` leaves ``p`` in ``spare`` and :meth:`i2t_tile` reads it there (so on a tile
-    the first must come first, as :func:`~vlr_plugins.eval.grouped_ranks.grouped_ranks` calls
-    them); both write their keys over the tile's scores."""
+    :meth:`t2i_tile` leaves ``p`` over the tile's scores and :meth:`i2t_tile` reads it there (so
+    on a tile the first must come first, as :func:`~vlr_plugins.eval.grouped_ranks.grouped_ranks`
+    calls them, on the same buffer); the text-to-image keys go to the spare buffer, the
+    image-to-text ones over ``p``."""
 
     def __init__(self, temperature: float, item_lse: torch.Tensor, text_lse: torch.Tensor) -> None:
         self.temperature, self.tau2 = temperature, temperature / _LN2
@@ -130,29 +158,32 @@ class DualSoftmaxKeys:
         if self.shift is not None:
             self.item_factor = torch.exp2(self.shift - item_lse.double()).float()
             self.text_factor = torch.exp2(self.shift - text_lse.double()).float()
+        self._rows = _Rows()
 
-    def _shared(self, scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """out = scores * exp2(scores * tau2 - c), elementwise (``out``: storage with :data:`SLACK`)."""
-        torch.mul(scores, self.tau2, out=out)
-        return uniform_(out.sub_(self.shift), "exp2").mul_(scores)
+    def _exponential(self, scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """out = exp2(scores * tau2 - c), elementwise (``out``: storage with :data:`SLACK`)."""
+        minus_c = self._rows(scores, -self.shift)
+        return uniform_(_scaled_plus(scores, self.tau2, minus_c, self._rows(scores, 1.0), out), "exp2")
 
     def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]):
-        factored, over ``scores`` (``p`` left in ``spare`` for :meth:`i2t_tile`); else in
-        ``spare`` (``scores`` kept for :meth:`i2t_tile`)."""
+        """Text-to-image keys of the tile ``scores`` (items[0]:items[1] x texts[0]:texts[1]), in
+        ``spare``: factored, ``p`` left over ``scores`` for :meth:`i2t_tile` (each in place where
+        it can be: a tile's writes stay in the cache lines it read); else ``scores`` kept for it.
+        Nothing later reads the keys (the grouped pass may count them in place)."""
         if self.shift is None:
             return _dsl_key(scores, self.tau2, self.item_lse[items[0]:items[1], None], spare)
-        self._shared(scores, spare)
-        return torch.mul(spare, self.item_factor[items[0]:items[1], None], out=scores)
+        scores.mul_(self._exponential(scores, spare))  # p = s exp2(s tau2 - c), over the scores
+        return torch.mul(scores, self.item_factor[items[0]:items[1], None], out=spare)
 
     def i2t_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-        """Image-to-text keys of the same tile, after :meth:`t2i_tile`: factored, over ``scores``
-        from the ``p`` in ``spare``; else in ``spare`` (over the text-to-image ones)."""
+        """Image-to-text keys of the same tile, after :meth:`t2i_tile` (given the same
+        ``scores``): factored, over ``scores`` (the ``p`` there); else in ``spare`` (over the
+        text-to-image ones)."""
         if self.shift is None:
             return _dsl_key(scores, self.tau2, self.text_lse[texts[0]:texts[1]], spare)
-        return torch.mul(spare, self.text_factor[texts[0]:texts[1]], out=scores)
+        return scores.mul_(self.text_factor[texts[0]:texts[1]])
 
     def tile_counter(self, cols: list[_count_kernels.Channel], rows: list[_count_kernels.Channel],
                      top1: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> _count_kernels.TileCounter | None:
@@ -176,7 +207,7 @@ class DualSoftmaxKeys:
             lse = (self.item_lse if direction == "t2i" else self.text_lse)[None, :]
             return _dsl_key(scores, self.tau2, lse, out)
         factor = (self.item_factor if direction == "t2i" else self.text_factor)[None, :]
-        return self._shared(scores, out).mul_(factor)
+        return self._exponential(scores, out).mul_(scores).mul_(factor)
 
     @staticmethod
     def safe(keys: torch.Tensor) -> torch.Tensor:
@@ -202,21 +233,12 @@ class QueryBankKeys:
         self.t2i, self.i2t = t2i, i2t
         # -log2 Z of each direction, for the keys' one call (_normalised)
         self._minus = {d: -bank[0] for d, bank in (("t2i", t2i), ("i2t", i2t)) if bank is not None}
-        self._ones: dict[tuple, torch.Tensor] = {}  # (width, device, dtype) -> a (1, width) row of ones
+        self._rows = _Rows()  # the (1, width) rows of ones of the keys' one call
         self._blocks: dict[tuple[str, int, int], torch.Tensor] = {}  # a tile's -log2 Z, made once a block
 
     def _normalised(self, scores: torch.Tensor, minus_log_z: torch.Tensor, rows_normalised: torch.Tensor | None,
                     cols_normalised: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-        # ``scores * beta2 - log_z`` in one pass: ATen's addcmul computes ``self + value * t1 * t2``
-        # as ((value * t1) * t2) + self, so with t2 = 1 the same two roundings as ``mul`` then
-        # ``sub_`` (a fused multiply-add of its last product changes nothing: that product is
-        # exact), bit for bit (tested). The ones are a contiguous row: with a (1, 1) one against a
-        # per-row log Z, both broadcast inputs lack a unit stride and ATen takes its scalar loop.
-        shape = (scores.shape[1], scores.device, scores.dtype)
-        ones = self._ones.get(shape)
-        if ones is None:
-            ones = self._ones[shape] = torch.ones(1, shape[0], device=scores.device, dtype=scores.dtype)
-        torch.addcmul(minus_log_z, scores, ones, value=self.beta2, out=out)
+        _scaled_plus(scores, self.beta2, minus_log_z, self._rows(scores, 1.0), out)  # s beta2 - log2 Z
         if rows_normalised is None and cols_normalised is None:
             return out
         mask = rows_normalised[:, None] if rows_normalised is not None else cols_normalised[None, :]
