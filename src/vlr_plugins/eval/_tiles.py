@@ -138,7 +138,8 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, work: torch.Tens
     """counts += how many ``compare(scores, thresholds)`` hold along ``dim``.
 
     scores: (R, C); thresholds: (C,) with ``dim=0`` (one per column, counts (C,)) or (R, 1)
-    with ``dim=1`` (one per row, counts (R,)); work: (R, C) float32; ones: at least
+    with ``dim=1`` (one per row, counts (R,)); work: (R, C) float32 (``scores`` itself where
+    they are not needed after: the mask is then written over them); ones: at least
     max(R, C) ones. On a CPU with numba, float32 tiles are counted by one compiled loop
     (:mod:`~vlr_plugins.eval._count_kernels`; ``work`` unused); otherwise the comparison is
     written as a 0/1 float mask (the fastest comparison output in torch on CPU) and summed by

@@ -37,7 +37,9 @@ _BYTES_PER_RERANK_ELEM = 6
 class TileKeys(Protocol):
     """A re-normalisation's transformed scores (:mod:`~vlr_plugins.eval.renorm_keys`): of a
     tile, per direction, and of whole rows (``rows``; ``direct_rows`` in float64 for a query
-    whose positive's key is not ``safe`` as a float32 threshold)."""
+    whose positive's key is not ``safe`` as a float32 threshold). A tile's keys written apart
+    from its scores (in ``spare``) are read by no later call on the tile: the grouped pass
+    counts them in place."""
 
     def t2i_tile(self, scores: torch.Tensor, items: tuple[int, int], texts: tuple[int, int],
                  spare: torch.Tensor, work: torch.Tensor) -> torch.Tensor: ...
