@@ -16,7 +16,8 @@ Each ``--blas`` (the engine's CPU tile BLAS, ``VLR_CPU_BLAS``) is measured in tu
   ``QueryBankNorm(text_bank=...)`` (a bank as large as the texts), on texts near their items
   (as in ``retrieval_recall.py``'s ``_near`` methods), and the passes alone: the grouped pass
   without keys, DSL's statistics pass (``test_pass``) and its rank pass (``grouped_ranks`` with
-  the keys).
+  the keys), QB-Norm's bank pass (``bank_pass``: the bank x the items) and its rank pass
+  (``grouped_ranks`` with the raw and the normalised channels).
 * ``graded``: ``retrieval_recall`` recall-only and with ``map@10, ndcg@10`` (and ``mdr, mnr,
   mrr@10``) on the interleaved layout (text j to item j mod N, ``exact_ranks``' pass; the
   grouped layout's engine beside it), and once the row-wise pair ranks (``row_pair_ranks``,
@@ -78,13 +79,15 @@ def renorm(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
     from vlr_plugins.eval._tiles import ScoreMatrix
     from vlr_plugins.eval.grouped_ranks import diagonal_blocks, grouped_ranks
     from vlr_plugins.eval.renorm import DualSoftmax, QueryBankNorm, renorm_keys
-    from vlr_plugins.eval.renorm_pass import test_pass
+    from vlr_plugins.eval.renorm_pass import bank_pass, test_pass
 
     items, texts, owner = rr.make_embeddings(n, m, near=True)
     bank = rr._text_bank(n, m)
     matrix = ScoreMatrix(items, texts, owner, device=torch.device("cpu"), max_chunk_bytes=256 * 2**20)
     keys = renorm_keys(DualSoftmax(100.0), matrix)
     two, three = diagonal_blocks(matrix), diagonal_blocks(matrix, buffers=3)
+    beta2 = QueryBankNorm.beta / math.log(2.0)
+    bank_keys = renorm_keys(QueryBankNorm(text_bank=bank), matrix, grouped=True)
     methods = {
         "plain": lambda: retrieval_recall(items, texts, owner),
         "dsl": lambda: retrieval_recall(items, texts, owner, renorm=DualSoftmax(100.0)),
@@ -92,6 +95,8 @@ def renorm(n: int, m: int, rounds: int, blas: list[str]) -> list[dict]:
         "grouped pass": lambda: grouped_ranks(matrix, two),
         "dsl statistics pass": lambda: test_pass(matrix, tau2=100.0 / math.log(2.0)),
         "dsl rank pass": lambda: grouped_ranks(matrix, three, keys=keys),
+        "qbnorm bank pass": lambda: bank_pass(matrix, bank, matrix.items, beta2, QueryBankNorm.k),
+        "qbnorm rank pass": lambda: grouped_ranks(matrix, three, keys=bank_keys),
     }
     times = _rounds(methods, rounds, blas)
     return _records(times, methods, blas, "plain", f"{n}x{m}", factored_keys=keys.shift is not None)
