@@ -42,8 +42,8 @@ from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, 
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
 from vlr_plugins.eval.row_ranks import top_candidates
 
-__all__ = ["RunningTop1", "bank_pass", "ensure_share", "merge_best", "test_pass", "tile_best", "tile_positions",
-           "update_best"]
+__all__ = ["RunningTop1", "bank_pass", "ensure_share", "merge_best", "query_lines", "test_pass", "tile_best",
+           "tile_positions", "update_best"]
 
 #: where more than this share of a tile's queries may change their best, it is found for all
 _FEW_QUERIES = 0.25
@@ -141,6 +141,14 @@ def _sums(terms: torch.Tensor, dim: int, n_cols: int) -> torch.Tensor:
     return torch.cat([part.sum(0) for part in terms.split(step, dim=1)])[:n_cols]
 
 
+def query_lines(scores: torch.Tensor, dim: int, queries: torch.Tensor) -> torch.Tensor:
+    """(len(queries), candidates): the lines of ``queries`` in the tile ``scores`` (R, C) searched
+    along ``dim`` (0: its columns, as rows), gathered as rows of ``scores`` or of its transposed
+    view: ``index_select`` along the columns of a tile of padded rows copies the whole tile first
+    (~1 ms for 1024 x 2050, against ~0.27 ms for 60 columns gathered this way; Intel Xeon)."""
+    return (scores if dim == 1 else scores.T).index_select(0, queries)
+
+
 def merge_best(best: torch.Tensor, arg: torch.Tensor, value: torch.Tensor, index: torch.Tensor) -> None:
     """In place: (best, arg) = (value, index) where value is higher, or equal at a lower index."""
     better = (value > best) | ((value == best) & (index < arg))
@@ -178,7 +186,7 @@ def update_best(scores: torch.Tensor, dim: int, g0: int, best: torch.Tensor, ind
         _, at = tile_best(scores, dim, work, positions, value)
         torch.where(improves, at.add_(g0), index, out=index)
     else:
-        index[maybe] = scores.index_select(1 - dim, maybe).argmax(dim).add_(g0)
+        index[maybe] = query_lines(scores, dim, maybe).argmax(1).add_(g0)
 
 
 class RunningTop1:
@@ -219,7 +227,7 @@ class RunningTop1:
             if not found:
                 return
             if found <= _FEW_QUERIES * n:
-                value, at = scores.index_select(1 - dim, queries).max(dim)
+                value, at = query_lines(scores, dim, queries).max(1)
                 self._pending.append((queries.add_(q0), value, at.add_(g0)))
                 self._held += found
                 if self._held >= _HELD:
