@@ -271,7 +271,9 @@ from vlr_plugins.eval.renorm import DualSoftmax
 g = torch.Generator().manual_seed(0)
 items, texts = torch.randn(40, 8, generator=g), torch.randn(200, 8, generator=g)
 owner = torch.arange(200) // 5
-# loading pays at 24,000 scores counted: a plain call of 8,000 counts 8,000, a re-normalised one 32,000
+# loading pays at 24,000 scores counted: a plain call of 8,000 counts 8,000, a re-normalised one
+# 32,000 where its scores weigh 4 (a machine whose loops save that much more on its rank pass)
+_count_kernels.RENORM_WEIGHT = 4.0
 _count_kernels.NUMBA_FROM_PER_THREAD = 3 * 8000 / torch.get_num_threads()
 retrieval_recall(items, texts, owner)
 plain = _count_kernels.enabled()
@@ -281,7 +283,7 @@ print(json.dumps([plain, _count_kernels.enabled()]))
 
 
 def test_a_re_normalised_evaluation_weighs_more_towards_loading_the_loops(tmp_path):
-    """Its rank pass's element-wise steps are the loops' too (RENORM_WEIGHT)."""
+    """Its rank pass's element-wise steps are the loops' too: its scores weigh RENORM_WEIGHT."""
     assert _child_under_auto(_RENORM_CHILD, tmp_path) == [False, True]
 
 
@@ -296,9 +298,9 @@ print(json.dumps(seen + ["numba" in sys.modules]))
 
 @pytest.mark.parametrize("saving, weight, calls, expected", [
     ((1e-9, 0.5), 1.0, (4e8, 2e8), [False, True, True]),  # break-even 5e8: the second call's counting reaches it
-    # a re-normalised call's scores weigh RENORM_WEIGHT: the first call's 4e8 count as 1.6e9
-    ((1e-9, 0.5), _count_kernels.RENORM_WEIGHT, (4e8,), [True, True]),
-    ((1e-9, 0.5), _count_kernels.RENORM_WEIGHT, (1e8, 1e8), [False, True, True]),
+    # a call's scores weigh ``weight`` (a re-normalised one's RENORM_WEIGHT): at 4 the first call's 4e8 count as 1.6e9
+    ((1e-9, 0.5), 4.0, (4e8,), [True, True]),
+    ((1e-9, 0.5), 4.0, (1e8, 1e8), [False, True, True]),
     ((-1e-10, 0.5), 1.0, (2**40,), [False, False]),  # measured no faster: never, however large
     # below 2^24 scores counted the measurement is not read (the cache file), from there it rules
     ((1.0, 0.5), 1.0, (2**23, 2**23), [False, True, True]),
@@ -312,6 +314,33 @@ def test_auto_weighs_the_machines_measured_saving(saving, weight, calls, expecte
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == expected
+
+
+_RELOAD_CHILD = """
+import json
+from vlr_plugins.eval import _count_kernels
+assert _count_kernels.prepare(0)
+print(json.dumps([_count_kernels.load_seconds(), _count_kernels.reload_seconds()]))
+"""
+
+
+def test_a_load_that_compiled_the_loops_is_not_what_a_later_one_takes(tmp_path):
+    """The first process on a machine compiles the loops into numba's cache, and its loading's
+    time is no measure of a later process's, which reads them there: it gives none
+    (the calibration then keeps none, and the break-even takes LOAD_SECONDS); the later one gives
+    its own."""
+    pytest.importorskip("numba")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "VLR_COUNT_KERNEL": "numba", "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _RELOAD_CHILD], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    (first_load, first_reload), (later_load, later_reload) = runs
+    assert first_load > 0 and first_reload is None  # compiled into the empty cache
+    assert later_reload == later_load > 0  # read from it
+    assert later_load < first_load
 
 
 def test_break_even_from_the_machines_measurement():

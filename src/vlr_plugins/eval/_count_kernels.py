@@ -54,7 +54,8 @@ import torch
 from vlr_plugins.errors import ConfigError
 
 __all__ = ["LOAD_SECONDS", "NUMBA_FROM_PER_THREAD", "RENORM_WEIGHT", "BankSide", "Channel", "TileCounter", "best", "break_even", "count",
-           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "raw_counter", "setting", "top_lists"]
+           "dual_softmax_counter", "enabled", "load_seconds", "prepare", "query_bank_counter", "raw_counter",
+           "reload_seconds", "setting", "top_lists"]
 
 _CHOICES = ("numba", "torch", "auto")
 _LOCK = threading.RLock()
@@ -129,10 +130,12 @@ _MEASURED_FROM = 2**24
 #: what a score of a re-normalised evaluation (dual softmax, QB-Norm) weighs in :func:`prepare`
 #: against one of a plain evaluation, whose saving the machine's calibration measures: the loops
 #: take over its rank pass's element-wise steps too (DSL: 10 passes over a tile become 3, where
-#: the plain engine's 4 become 2). Measured on a Zen 4 VM (10K x 50K, one thread, the whole call
-#: with and without the loops): 4.1x the plain engine's saving a score for DSL, 6.5x for QB-Norm;
-#: the lesser, rounded down, so that no machine loads them too early
-RENORM_WEIGHT = 4.0
+#: the plain engine's 4 become 2). Measured (10K x 50K, one thread, the whole call with and
+#: without the loops, against the calibration's saving a score): on a Zen 4 VM 4.1x for DSL and
+#: 6.5x for QB-Norm, before torch's steps wrote their masks and keys in place; since, on an Intel
+#: Xeon VM, 1.1-1.4x for DSL and 2.0x for QB-Norm. The least, rounded down, so that no machine
+#: loads them too early
+RENORM_WEIGHT = 1.0
 
 
 def prepare(scores: int, threads: int | None = None,
@@ -163,14 +166,31 @@ def load_seconds() -> float | None:
     return _load_seconds
 
 
+def reload_seconds() -> float | None:
+    """What loading the loops takes a later process on this machine, as this one timed it: its
+    own loading's seconds where it read them compiled from numba's cache (or where they have no
+    cache: every process compiles them); None where this process compiled them into the cache
+    or did not load them: a later process reads them there, in a fraction of this one's time
+    (~0.5 s against ~3.4 s on an Intel Xeon VM), which this process cannot time."""
+    return None if _compiled_into_cache else _load_seconds
+
+
 _load_seconds: float | None = None
+#: whether this process's loading compiled a loop into numba's cache
+_compiled_into_cache = False
 _loaded = threading.Event()
+
+
+def _compiled(kernel: Any) -> bool:
+    """Whether ``kernel`` (a numba dispatcher) compiled a signature into its cache here."""
+    stats = getattr(kernel, "stats", None)
+    return stats is not None and stats.cache_path is not None and sum(stats.cache_misses.values()) > 0
 
 
 def _warm() -> bool:
     """Load the loops and run each once on a tiny tile (numba compiles, or reads its cache, per
     argument types on a first call): True where numba imports."""
-    global _load_seconds
+    global _load_seconds, _compiled_into_cache
     start = time.perf_counter()
     kernels = _kernels()
     if kernels is None:
@@ -180,6 +200,7 @@ def _warm() -> bool:
             for kernel, sample in kernels.values():
                 kernel(*sample())
             _load_seconds = time.perf_counter() - start
+            _compiled_into_cache = any(_compiled(kernel) for kernel, _ in kernels.values())
             _loaded.set()
     return True
 

@@ -180,19 +180,28 @@ def ensure(scores: int, l2_share: int, engine: Callable[..., object], kind: str 
                 entry["tile_elems"] = {}
             record = {"elems": elems, "l2_share": l2_share,
                       "seconds_per_score": {str(k): v for k, v in sorted(seconds.items())}}
-            if blas.endswith(_NUMBA) and _count_kernels.load_seconds() is not None:
-                record["load_s"] = _count_kernels.load_seconds()  # for count_saving
+            if blas.endswith(_NUMBA) and _count_kernels.reload_seconds() is not None:
+                record[RELOAD_KEY] = _count_kernels.reload_seconds()  # for count_saving
             entry["tile_elems"][blas] = record
             data[key] = entry
             _cpu_blas._write_cache(path, data)  # where it cannot be written, this process still knows
     _known[(blas, l2_share)] = elems
 
 
+#: the key of a calibration record with the loops that keeps what loading them takes a process
+#: reading them from numba's cache (:func:`~vlr_plugins.eval._count_kernels.reload_seconds`). The
+#: records of earlier versions kept ``load_s``, the calibrating process's own loading, which on a
+#: machine's first load includes compiling them (3.4 s against 0.57 s a later load, Intel Xeon VM):
+#: not read, so that it does not hold the loops back ~6x longer than their saving repays
+RELOAD_KEY = "reload_s"
+
+
 def count_saving() -> tuple[float, float | None] | None:
     """What numba's counting loops save on this machine, for
     :func:`~vlr_plugins.eval._count_kernels.prepare`'s choice: (CPU seconds a score on one thread,
-    the engine's fastest share without the loops less its fastest with them; the seconds loading
-    them took where timed, else None), both read from the calibrations of the tile BLAS
+    the engine's fastest share without the loops less its fastest with them; the seconds a
+    process's loading takes where timed, :data:`RELOAD_KEY`, else None), both read from the
+    calibrations of the tile BLAS
     :func:`~vlr_plugins.eval._cpu_blas.choice` takes with and without them (:func:`ensure`); None
     until both were measured (the one with the loops is, the first time a process here loads them
     for work of at least :data:`CALIBRATE_FROM` scores)."""
@@ -203,7 +212,7 @@ def count_saving() -> tuple[float, float | None] | None:
         without, with_loops = _fastest(plain), _fastest(loops)
         if without is None or with_loops is None:
             return None  # not kept: read again next time (a calibration may add it)
-        load = loops.get("load_s")
+        load = loops.get(RELOAD_KEY)
         _savings[blas] = (without - with_loops, float(load) if isinstance(load, (int, float)) else None)
     return _savings[blas]
 

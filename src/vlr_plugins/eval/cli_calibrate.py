@@ -125,7 +125,8 @@ def _describe(entry: dict) -> str:
         lines.append(f"  {name:<20} {f'{elems:,}' if isinstance(elems, int) else '?':>11}   ns a score: {timing}")
     saving = _tile_calibration.count_saving()
     if saving is not None:
-        load = f", loading them {saving[1]:.2f} s" if saving[1] is not None else ""
+        load = (f", loading them {saving[1]:.2f} s" if saving[1] is not None else
+                f", loading them taken as {_count_kernels.LOAD_SECONDS:.2f} s (no loading from numba's cache timed)")
         lines.append(f"numba's counting loops: save {saving[0] * 1e9:.2f} ns a score{load}; `auto` loads them once a "
                      f"process has counted {_count_kernels.break_even(saving):,.0f} scores a thread")
     return "\n".join(lines)
