@@ -221,8 +221,8 @@ def _count_pass(matrix: ScoreMatrix, positive_score: torch.Tensor, best_score: t
             valid = scores[:n_rows, :n_cols]
             count_above(valid, text_threshold, work[:n_rows, :n_cols], 0,
                         worker.ahead_of_texts[text_start:text_start + n_cols], ones)
-            if best:
-                count_above(valid, item_threshold[item_start:item_start + n_rows, None], work[:n_rows, :n_cols], 1,
+            if best:  # the tile's last reading: its mask over its own scores (grouped_ranks' spent tiles)
+                count_above(valid, item_threshold[item_start:item_start + n_rows, None], valid, 1,
                             worker.ahead_of_items[item_start:item_start + n_rows], ones)
             else:
                 slots.count(row_tile, valid, item_start, worker.pair_threshold, worker.pair_counts,
