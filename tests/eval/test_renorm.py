@@ -254,3 +254,63 @@ def test_refusals():
         DualSoftmax(0)
     with pytest.raises(ValueError, match="k must be"):
         QueryBankNorm(text_bank=torch.randn(3, 4), k=0)
+
+
+def nearly_all_active_problem(seed=3, n=128, per=3, dim=16):
+    """Banks as QB-Norm's usual ones: many noisy copies of the gallery (every entry but a few is
+    some bank query's top-1), texts near their items, a duplicate item and text (ties: the bank's
+    copies of them name the lower index, so the other is inactive), and queries next to an
+    inactive entry that is not theirs (their raw top-1 is inactive: not normalised)."""
+    g = torch.Generator().manual_seed(seed)
+    items = torch.randn(n, dim, generator=g)
+    items[30] = items[29]
+    owner = torch.arange(n).repeat_interleave(per)
+    texts = items[owner] + 0.4 * torch.randn(n * per, dim, generator=g)
+    texts[11] = texts[10]
+    kept = torch.tensor([i for i in range(n) if i not in (5, 17)])
+    text_bank = items[kept].repeat(4, 1) + 0.05 * torch.randn(4 * len(kept), dim, generator=g)
+    kept = torch.tensor([t for t in range(n * per) if t not in (7, 100, 150)])
+    item_bank = texts[kept].repeat(2, 1) + 0.02 * torch.randn(2 * len(kept), dim, generator=g)
+    texts[0], texts[4] = items[5] + 0.01 * torch.randn(dim, generator=g), items[17]  # owned by items 0, 1
+    items[9] = texts[100] + 0.01 * torch.randn(dim, generator=g)  # text 100 is item 33's
+    return (items, texts, owner), text_bank, item_bank
+
+
+def test_qb_norm_queries_resolved_before_the_rank_pass(monkeypatch):
+    """Where the banks leave few gallery entries inactive (training captions against a test
+    gallery), each query's case is known before the rank pass (a query's top-1 scores at least its
+    positive, so an inactive entry below that cannot be it; the others' rows are read): the grouped
+    pass then counts each query under its own key alone, with the official code's ranks."""
+    from vlr_plugins.eval import renorm_pass
+    from vlr_plugins.eval.renorm_keys import QueryBankChoice, QueryBankKeys
+
+    monkeypatch.setenv("VLR_COUNT_KERNEL", "torch")
+    problem, text_bank, item_bank = nearly_all_active_problem()
+    items, texts, owner = problem
+    S = score_matrix(items, texts)
+    matrix = ScoreMatrix(items, texts, owner, device=CPU, max_chunk_bytes=4096, chunk_size=4)
+    for which in ((text_bank, None), (None, item_bank), (text_bank, item_bank)):
+        renorm = QueryBankNorm(text_bank=which[0], item_bank=which[1])
+        keys = renorm_keys(renorm, matrix, grouped=True)
+        assert isinstance(keys, QueryBankKeys)
+        for direction, bank, side, rows in (("t2i", which[0], keys.t2i, S.T), ("i2t", which[1], keys.i2t, S)):
+            if bank is None:
+                assert side is None
+                continue
+            top = (unit(bank) @ unit(items if direction == "t2i" else texts).T).argmax(1)
+            active = torch.zeros(rows.shape[1], dtype=torch.bool)
+            active[top] = True
+            assert 0 < int((~active).sum()) <= len(active) // 16  # a few
+            want = active[rows.argmax(1)]  # normalised: the raw top-1 active
+            assert not bool(want.all())  # some queries' top-1 is inactive
+            assert side[1] is None  # the tiles key every query as normalised, then
+            assert torch.equal(keys.raw_queries[direction], (~want).nonzero().flatten())  # these by their rows
+        want = qb_reference(items, texts, owner, *which, 1, 20.0)
+        for chunk_size, max_chunk_bytes in TILES:
+            got = retrieval_recall(items, texts, owner, renorm=renorm, rank_metrics=METRICS, return_ranks=True,
+                                   chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes)
+            check(got, want)
+    # more inactive entries than RESOLVE_SHARE of the gallery: the pass finds the top-1s itself
+    monkeypatch.setattr(renorm_pass, "RESOLVE_SHARE", 2 / 128)
+    assert isinstance(renorm_keys(QueryBankNorm(text_bank=text_bank), matrix, grouped=True), QueryBankChoice)
+    assert renorm_pass.normalised_queries(matrix, "t2i", torch.ones(len(items), dtype=torch.bool)).all()

@@ -38,7 +38,7 @@ from vlr_plugins.eval._tiles import (
     exact_matmuls,
     tile_budget,
 )
-from vlr_plugins.eval.pair_ranks import PairCounts
+from vlr_plugins.eval.pair_ranks import PairCounts, row_pair_ranks
 from vlr_plugins.eval.renorm_keys import SLACK, QueryBankChoice
 from vlr_plugins.eval.renorm_pass import RunningTop1, merge_best, tile_positions, update_best
 from vlr_plugins.eval.row_ranks import TileKeys, row_ranks
@@ -341,9 +341,15 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
             with exact_matmuls():
                 rank[channel.redo] = row_ranks(matrix, channel.direction, channel.redo.nonzero().flatten(),
                                                keys=channel.keys)
+        # queries the keys rank by their raw scores, from whole rows (QB-Norm's not normalised)
+        raw = getattr(channel.keys, "raw_queries", {}).get(channel.direction)
+        if raw is not None:
+            rank[raw] = row_ranks(matrix, channel.direction, raw)
         ranks[channel.direction].append(rank)
         if channel.pairs is not None:
             pairs.append(channel.pairs.ranks([worker.pair_counts[i] for worker in workers]))
+            if raw is not None:
+                row_pair_ranks(matrix, raw, pairs[-1])
     found = [ranks["i2t"][0], ranks["t2i"][0]]
     for d, at in (("i2t", 0), ("t2i", 1)):
         if len(ranks[d]) > 1:

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vlr_plugins.eval import _count_kernels
 from vlr_plugins.eval._tiles import ScoreMatrix
 from vlr_plugins.eval.renorm_keys import DualSoftmaxKeys, QueryBankChoice, QueryBankKeys
-from vlr_plugins.eval.renorm_pass import bank_pass, ensure_share, test_pass
+from vlr_plugins.eval.renorm_pass import bank_pass, ensure_share, normalised_queries, test_pass
 
 __all__ = ["DualSoftmax", "QueryBankNorm", "Renorm", "renorm_keys", "renorm_record"]
 
@@ -106,7 +107,11 @@ def renorm_keys(renorm: Renorm, matrix: ScoreMatrix,
     """The statistics of ``renorm`` over ``matrix`` (one tiled pass over the matrix, and one
     over each bank x its gallery), as the keys the rank passes compare. ``grouped``: the ranks
     come from the grouped pass, which finds QB-Norm's raw top-1s itself
-    (:class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`: no pass over the matrix first)."""
+    (:class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`: no pass over the matrix first),
+    unless the banks leave so few gallery entries inactive that each query's case is found first
+    (:func:`~vlr_plugins.eval.renorm_pass.normalised_queries`; with torch's counting): then
+    :class:`~vlr_plugins.eval.renorm_keys.QueryBankKeys` key every query in the tiles, and the
+    few not normalised are ranked by their raw rows."""
     if isinstance(renorm, DualSoftmax):
         ensure_share(matrix.n_items * matrix.n_texts, matrix.device)
         found = test_pass(matrix, tau2=renorm.temperature / math.log(2.0))
@@ -126,4 +131,15 @@ def renorm_keys(renorm: Renorm, matrix: ScoreMatrix,
             continue
         log_z, active = bank_pass(matrix, bank, gallery, beta2, int(renorm.k))
         directions.append((log_z, active) if grouped else (log_z, active[found[top1]]))
-    return (QueryBankChoice if grouped else QueryBankKeys)(renorm.beta, *directions)
+    if not grouped:
+        return QueryBankKeys(renorm.beta, *directions)
+    if not _count_kernels.enabled():  # numba's loops count both cases and the top-1s in one read of a tile
+        # where the inactive entries are few, each query's case is known first: one channel, no top-1s
+        known = [None if d is None else normalised_queries(matrix, direction, d[1])
+                 for d, direction in zip(directions, ("t2i", "i2t"))]
+        if all(k is not None for k, d in zip(known, directions) if d is not None):
+            raw = {direction: (~k).nonzero().flatten() for k, direction in zip(known, ("t2i", "i2t"))
+                   if k is not None}
+            return QueryBankKeys(renorm.beta, *(None if d is None else (d[0], None) for d in directions),
+                                 raw_queries={d: q for d, q in raw.items() if len(q)})
+    return QueryBankChoice(renorm.beta, *directions)

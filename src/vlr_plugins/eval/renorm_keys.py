@@ -225,12 +225,16 @@ class DualSoftmaxKeys:
 class QueryBankKeys:
     """QB-Norm keys: per direction with a bank, ``log_z`` (G,) float32 log2 Z of its gallery
     and ``normalised`` (Q,) which of its queries are normalised (None: every one); ``None``
-    where no bank."""
+    where no bank. ``raw_queries``: direction -> the queries the grouped pass ranks as
+    normalised in its tiles and then by their raw scores from whole rows (the few whose raw
+    top-1 is inactive: a mask over every tile would cost more than their rows)."""
 
     def __init__(self, beta: float, t2i: tuple[torch.Tensor, torch.Tensor | None] | None,
-                 i2t: tuple[torch.Tensor, torch.Tensor | None] | None) -> None:
+                 i2t: tuple[torch.Tensor, torch.Tensor | None] | None,
+                 raw_queries: dict[str, torch.Tensor] | None = None) -> None:
         self.beta2 = beta / _LN2
         self.t2i, self.i2t = t2i, i2t
+        self.raw_queries = raw_queries or {}
         # -log2 Z of each direction, for the keys' one call (_normalised)
         self._minus = {d: -bank[0] for d, bank in (("t2i", t2i), ("i2t", i2t)) if bank is not None}
         self._rows = _Rows()  # the (1, width) rows of ones of the keys' one call

@@ -40,10 +40,10 @@ from vlr_plugins.eval._tile_calibration import STATISTICS
 from vlr_plugins.eval._tile_workers import column_tasks, one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, exact_matmuls, l2_share, tile_shape
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
-from vlr_plugins.eval.row_ranks import top_candidates
+from vlr_plugins.eval.row_ranks import gallery_scores, query_and_gallery, rows_per_chunk, top_candidates
 
-__all__ = ["RunningTop1", "bank_pass", "ensure_share", "merge_best", "query_lines", "test_pass", "tile_best",
-           "tile_positions", "update_best"]
+__all__ = ["RESOLVE_SHARE", "RunningTop1", "bank_pass", "ensure_share", "merge_best", "normalised_queries",
+           "query_lines", "test_pass", "tile_best", "tile_positions", "update_best"]
 
 #: where more than this share of a tile's queries may change their best, it is found for all
 _FEW_QUERIES = 0.25
@@ -444,6 +444,69 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
     active = torch.zeros(n_gallery, dtype=torch.bool, device=device)
     active[best_index.flatten()] = True
     return log_z.float(), active
+
+
+#: :func:`normalised_queries` answers where the inactive gallery entries are at most this share of
+#: the gallery and the queries they leave in doubt at most this share of the queries (their extra
+#: products: at most this share of the rank pass's each)
+RESOLVE_SHARE = 1 / 16
+#: rows a block of :func:`normalised_queries`' products
+_RESOLVE_ROWS = 4096
+
+
+def _best_positive_scores(matrix: ScoreMatrix, direction: str) -> torch.Tensor:
+    """(Q,) float32 raw score of each query's best positive (``"t2i"``: each text's owner;
+    ``"i2t"``: each item's best text; -inf for an item without texts), computed a block at a time."""
+    scores = torch.empty(matrix.n_texts, device=matrix.device)
+    text_rows, item_rows = (torch.empty(_RESOLVE_ROWS, matrix.dim, device=matrix.device) for _ in range(2))
+    for t0 in range(0, matrix.n_texts, _RESOLVE_ROWS):
+        k = matrix.texts.load(slice(t0, t0 + _RESOLVE_ROWS), text_rows)
+        matrix.items.load(matrix.owner[t0:t0 + k], item_rows)
+        scores[t0:t0 + k] = (text_rows[:k] * item_rows[:k]).sum(1)
+    if direction == "t2i":
+        return scores
+    return torch.full((matrix.n_items,), -_INF, device=matrix.device).scatter_reduce_(0, matrix.owner, scores, "amax")
+
+
+def normalised_queries(matrix: ScoreMatrix, direction: str, active: torch.Tensor) -> torch.Tensor | None:
+    """(Q,) which queries of ``direction`` QB-Norm normalises (their raw top-1 over the gallery
+    lies in ``active`` (G,), the bank pass's activation set), found before the rank pass; None
+    where that would cost more than :data:`RESOLVE_SHARE` allows (the grouped pass then finds
+    the top-1s itself: :class:`~vlr_plugins.eval.renorm_keys.QueryBankChoice`).
+
+    A query's top-1 scores at least its best positive. So where its best score over the few
+    inactive entries lies below its best positive's, by more than two float32 products of unit
+    vectors can differ (``4 D 2^-24``: these scores come from other products than the tiles'),
+    its top-1 is active whatever the rest of its row holds. Every other query's top-1 is found
+    from its whole row (the lowest index on ties, as the tiles'). With QB-Norm's usual banks
+    (training captions, many times the gallery) nearly every entry is active, and the rank pass
+    then counts each query under its own key alone."""
+    query_side, gallery = query_and_gallery(matrix, direction)
+    n_queries = len(query_side)
+    normalised = torch.ones(n_queries, dtype=torch.bool, device=matrix.device)
+    inactive = (~active).nonzero().flatten()
+    if not len(inactive):
+        return normalised
+    if len(inactive) > RESOLVE_SHARE * len(gallery):
+        return None
+    best = _best_positive_scores(matrix, direction)
+    margin = 4 * matrix.dim * 2.0 ** -24
+    inactive_rows = torch.empty(len(inactive), matrix.dim, device=matrix.device)
+    gallery.load(inactive, inactive_rows)
+    rows = torch.empty(_RESOLVE_ROWS, matrix.dim, device=matrix.device)
+    scores = torch.empty(_RESOLVE_ROWS, len(inactive), device=matrix.device)
+    doubtful = torch.empty(n_queries, dtype=torch.bool, device=matrix.device)
+    with exact_matmuls():
+        for q0 in range(0, n_queries, _RESOLVE_ROWS):
+            k = query_side.load(slice(q0, q0 + _RESOLVE_ROWS), rows)
+            top = tile_product(rows[:k], inactive_rows, scores[:k]).amax(1)
+            torch.ge(top, best[q0:q0 + k] - margin, out=doubtful[q0:q0 + k])
+        doubtful = doubtful.nonzero().flatten()
+        if len(doubtful) > RESOLVE_SHARE * n_queries:
+            return None
+        for part in doubtful.split(rows_per_chunk(matrix, len(gallery), None)):
+            normalised[part] = active[gallery_scores(matrix, query_side, part, gallery).argmax(1)]
+    return normalised
 
 
 def _statistics_work(items: torch.Tensor, texts: torch.Tensor, owner: torch.Tensor) -> None:
