@@ -17,7 +17,8 @@ Each ``--blas`` (the engine's CPU tile BLAS, ``VLR_CPU_BLAS``) is measured in tu
   (as in ``retrieval_recall.py``'s ``_near`` methods), and the passes alone: the grouped pass
   without keys, DSL's statistics pass (``test_pass``) and its rank pass (``grouped_ranks`` with
   the keys), QB-Norm's bank pass (``bank_pass``: the bank x the items) and its rank pass
-  (``grouped_ranks`` with the raw and the normalised channels).
+  (``grouped_ranks`` with the keys ``renorm_keys`` gives it: the raw and the normalised channels,
+  or the normalised one alone where its queries were resolved first).
 * ``graded``: ``retrieval_recall`` recall-only and with ``map@10, ndcg@10`` (and ``mdr, mnr,
   mrr@10``) on the interleaved layout (text j to item j mod N, ``exact_ranks``' pass; the
   grouped layout's engine beside it), and once the row-wise pair ranks (``row_pair_ranks``,

@@ -450,17 +450,25 @@ def bank_pass(matrix: ScoreMatrix, bank: torch.Tensor, gallery: UnitRows, beta2:
 #: the gallery and the queries they leave in doubt at most this share of the queries (their extra
 #: products: at most this share of the rank pass's each)
 RESOLVE_SHARE = 1 / 16
-#: rows a block of :func:`normalised_queries`' products
+#: the most rows a block of :func:`normalised_queries`' products takes (fewer where
+#: ``max_chunk_bytes`` holds fewer)
 _RESOLVE_ROWS = 4096
+
+
+def _resolve_rows(matrix: ScoreMatrix, width: int) -> int:
+    """Rows a block of :func:`normalised_queries` takes: its float32 buffers (two of embedding
+    rows, one of ``width`` scores a row) within ``max_chunk_bytes``."""
+    return max(1, min(_RESOLVE_ROWS, matrix.max_chunk_bytes // (4 * (2 * matrix.dim + width))))
 
 
 def _best_positive_scores(matrix: ScoreMatrix, direction: str) -> torch.Tensor:
     """(Q,) float32 raw score of each query's best positive (``"t2i"``: each text's owner;
     ``"i2t"``: each item's best text; -inf for an item without texts), computed a block at a time."""
     scores = torch.empty(matrix.n_texts, device=matrix.device)
-    text_rows, item_rows = (torch.empty(_RESOLVE_ROWS, matrix.dim, device=matrix.device) for _ in range(2))
-    for t0 in range(0, matrix.n_texts, _RESOLVE_ROWS):
-        k = matrix.texts.load(slice(t0, t0 + _RESOLVE_ROWS), text_rows)
+    block = _resolve_rows(matrix, 0)
+    text_rows, item_rows = (torch.empty(block, matrix.dim, device=matrix.device) for _ in range(2))
+    for t0 in range(0, matrix.n_texts, block):
+        k = matrix.texts.load(slice(t0, t0 + block), text_rows)
         matrix.items.load(matrix.owner[t0:t0 + k], item_rows)
         scores[t0:t0 + k] = (text_rows[:k] * item_rows[:k]).sum(1)
     if direction == "t2i":
@@ -493,12 +501,13 @@ def normalised_queries(matrix: ScoreMatrix, direction: str, active: torch.Tensor
     margin = 4 * matrix.dim * 2.0 ** -24
     inactive_rows = torch.empty(len(inactive), matrix.dim, device=matrix.device)
     gallery.load(inactive, inactive_rows)
-    rows = torch.empty(_RESOLVE_ROWS, matrix.dim, device=matrix.device)
-    scores = torch.empty(_RESOLVE_ROWS, len(inactive), device=matrix.device)
+    block = _resolve_rows(matrix, len(inactive))
+    rows = torch.empty(block, matrix.dim, device=matrix.device)
+    scores = torch.empty(block, len(inactive), device=matrix.device)
     doubtful = torch.empty(n_queries, dtype=torch.bool, device=matrix.device)
     with exact_matmuls():
-        for q0 in range(0, n_queries, _RESOLVE_ROWS):
-            k = query_side.load(slice(q0, q0 + _RESOLVE_ROWS), rows)
+        for q0 in range(0, n_queries, block):
+            k = query_side.load(slice(q0, q0 + block), rows)
             top = tile_product(rows[:k], inactive_rows, scores[:k]).amax(1)
             torch.ge(top, best[q0:q0 + k] - margin, out=doubtful[q0:q0 + k])
         doubtful = doubtful.nonzero().flatten()
