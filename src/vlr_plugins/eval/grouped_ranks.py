@@ -337,14 +337,15 @@ def grouped_ranks(matrix: ScoreMatrix, bounds: list[int], pair_ranks: bool = Fal
         for worker in workers:
             channel.ahead += worker.ahead[i]
         rank = channel.ahead.long()
+        # queries the keys rank by their raw scores, from whole rows (QB-Norm's not normalised)
+        raw = getattr(channel.keys, "raw_queries", {}).get(channel.direction)
+        if raw is not None:
+            channel.redo[raw] = False  # ranked from their rows below, by their raw scores
+            rank[raw] = row_ranks(matrix, channel.direction, raw)
         if bool(channel.redo.any()):
             with exact_matmuls():
                 rank[channel.redo] = row_ranks(matrix, channel.direction, channel.redo.nonzero().flatten(),
                                                keys=channel.keys)
-        # queries the keys rank by their raw scores, from whole rows (QB-Norm's not normalised)
-        raw = getattr(channel.keys, "raw_queries", {}).get(channel.direction)
-        if raw is not None:
-            rank[raw] = row_ranks(matrix, channel.direction, raw)
         ranks[channel.direction].append(rank)
         if channel.pairs is not None:
             pairs.append(channel.pairs.ranks([worker.pair_counts[i] for worker in workers]))

@@ -40,7 +40,7 @@ from vlr_plugins.eval._tile_calibration import STATISTICS
 from vlr_plugins.eval._tile_workers import column_tasks, one_thread_per_worker, visit_in_parallel
 from vlr_plugins.eval._tiles import DEFAULT_CHUNK_BYTES, ScoreMatrix, UnitRows, exact_matmuls, l2_share, tile_shape
 from vlr_plugins.eval.renorm_keys import uniform_, with_slack
-from vlr_plugins.eval.row_ranks import gallery_scores, query_and_gallery, rows_per_chunk, top_candidates
+from vlr_plugins.eval.row_ranks import gallery_scores, pair_scores, query_and_gallery, rows_per_chunk, top_candidates
 
 __all__ = ["RESOLVE_SHARE", "RunningTop1", "bank_pass", "ensure_share", "merge_best", "normalised_queries",
            "query_lines", "test_pass", "tile_best", "tile_positions", "update_best"]
@@ -464,13 +464,9 @@ def _resolve_rows(matrix: ScoreMatrix, width: int) -> int:
 def _best_positive_scores(matrix: ScoreMatrix, direction: str) -> torch.Tensor:
     """(Q,) float32 raw score of each query's best positive (``"t2i"``: each text's owner;
     ``"i2t"``: each item's best text; -inf for an item without texts), computed a block at a time."""
-    scores = torch.empty(matrix.n_texts, device=matrix.device)
-    block = _resolve_rows(matrix, 0)
-    text_rows, item_rows = (torch.empty(block, matrix.dim, device=matrix.device) for _ in range(2))
-    for t0 in range(0, matrix.n_texts, block):
-        k = matrix.texts.load(slice(t0, t0 + block), text_rows)
-        matrix.items.load(matrix.owner[t0:t0 + k], item_rows)
-        scores[t0:t0 + k] = (text_rows[:k] * item_rows[:k]).sum(1)
+    texts = matrix.arange(matrix.n_texts)
+    scores = torch.cat([pair_scores(matrix, matrix.texts, part, matrix.items, matrix.owner[part])
+                        for part in texts.split(_resolve_rows(matrix, 0))])
     if direction == "t2i":
         return scores
     return torch.full((matrix.n_items,), -_INF, device=matrix.device).scatter_reduce_(0, matrix.owner, scores, "amax")
