@@ -109,7 +109,10 @@ def _show_entry(kind: str, name: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from vlr_plugins import __version__
 
-    p = argparse.ArgumentParser(prog="vlr", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="vlr", description="Vision-language retrieval recipes for LAVIS, OpenCLIP and MMEngine: train, "
+        "evaluate, mine, export and share.", epilog="`vlr COMMAND --help` shows a command's options. A bad input "
+        "exits with status 2 and one `error:` line (VLR_DEBUG=1 shows the traceback).")
     p.add_argument("--version", action="version", version=f"vlr-plugins {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
