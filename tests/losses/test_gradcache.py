@@ -305,6 +305,44 @@ def test_a_parameter_the_encoder_does_not_read_gets_no_gradient_and_a_warning(mo
         emb.sum().backward()
 
 
+class _TwoBranches(nn.Module):
+    """Rows with a positive first feature go through ``a``, the others through ``b``: a chunk
+    of one kind reads one branch (as a dual-CLS encoder's chunk of one view reads one head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x[:, 0] > 0).all()):
+            return self.a(x)
+        if bool((x[:, 0] <= 0).all()):
+            return self.b(x)
+        return torch.where(x[:, :1] > 0, self.a(x), self.b(x))
+
+
+def test_branches_read_by_different_chunks_are_not_warned_about(monkeypatch):
+    """Unread parameters are counted over the whole step: the first chunk reads only ``a``,
+    the second only ``b``; both get their uncached gradients and nothing is warned."""
+    monkeypatch.setattr(gradcache_module, "_warned_unused", False)
+    torch.manual_seed(0)
+    encoder = _TwoBranches()
+    x = torch.randn(4, 4)
+    x[:2, 0], x[2:, 0] = x[:2, 0].abs() + 0.1, -x[2:, 0].abs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached_encode(encoder, x, chunk_size=2, parameters=encoder).square().sum().backward()
+    got = [p.grad.clone() for p in encoder.parameters()]
+    encoder.zero_grad()
+    encoder(x).square().sum().backward()
+    for g, p in zip(got, encoder.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    encoder.zero_grad()  # one kind of row only: ``b`` is read by no chunk, and that is warned
+    with pytest.warns(UserWarning, match=r"2 of the 4 tensors in `parameters` are not read"):
+        cached_encode(encoder, x[:2], chunk_size=1, parameters=encoder).sum().backward()
+    assert encoder.b.weight.grad is None and encoder.a.weight.grad is not None
+
+
 class _BagEncoder(nn.Module):
     """Token ids -> embeddings: embedding bag, dropout, projection (fast to build per rank)."""
 

@@ -174,21 +174,24 @@ class _CachedEncode(torch.autograd.Function):
                                f"(retain_graph=True) is not supported; encode again for each backward")
         params = ctx.params
         totals: list[Tensor | None] = [None] * len(params)
-        start = 0
+        start, graphed = 0, False
         with torch.enable_grad(), _autocast_as(ctx.autocast):
-            for i, (chunk, state) in enumerate(zip(ctx.chunks, ctx.states)):
+            for chunk, state in zip(ctx.chunks, ctx.states):
                 with state.replay():
                     out = ctx.encode_fn(*chunk)
                 rows = grad[start : start + out.shape[0]]
                 start += out.shape[0]
                 if not out.requires_grad:
                     continue
-                if i == 0:
-                    _check_reached(out, params)
+                if not graphed:
+                    _check_outside(out, params)
+                    graphed = True
                 grads = torch.autograd.grad(out, params, rows, allow_unused=True)
                 for k, g in enumerate(grads):
                     if g is not None:
                         totals[k] = g if totals[k] is None else totals[k].add_(g)
+        if graphed:
+            _warn_unused([p for p, total in zip(params, totals) if total is None], len(params))
         ctx.chunks = ctx.states = ctx.encode_fn = ctx.params = None
         return (None, None, None, *totals)
 
@@ -242,9 +245,9 @@ def _checked_output(out: Tensor, chunk: Sequence[Tensor], index: int) -> Tensor:
     return out
 
 
-def _check_reached(out: Tensor, params: Sequence[Tensor]) -> None:
-    """The trainable leaves of ``out``'s graph must be ``params``: one outside them would
-    lose its gradient (the first pass kept no graph); one never reached gets no gradient."""
+def _check_outside(out: Tensor, params: Sequence[Tensor]) -> None:
+    """The trainable leaves of ``out``'s graph must be among ``params``: one outside them
+    would lose its gradient (the first pass kept no graph)."""
     given = {id(p) for p in params}
     reached, stack, seen = {}, [out.grad_fn], set()
     while stack:
@@ -263,15 +266,20 @@ def _check_reached(out: Tensor, params: Sequence[Tensor]) -> None:
             f"(shapes {outside[:5]}{' ...' if len(outside) > 5 else ''}); their gradient would be lost. "
             f"Pass the module that holds them as `parameters`"
         )
-    unused = [tuple(p.shape) for p in params if id(p) not in reached]
+
+
+def _warn_unused(unused: Sequence[Tensor], n_params: int) -> None:
+    """Parameters that no chunk of the step reached get no gradient: warned once. Counted over
+    every chunk, since one chunk may rightly skip some (a dual-CLS encoder's chunk of one view)."""
     global _warned_unused
     if unused and not _warned_unused:
         _warned_unused = True
+        shapes = [tuple(p.shape) for p in unused]
         warnings.warn(
-            f"{_WHERE}: {len(unused)} of the {len(params)} tensors in `parameters` are not read by the "
-            f"encoder (shapes {unused[:5]}{' ...' if len(unused) > 5 else ''}) and get no gradient from "
+            f"{_WHERE}: {len(unused)} of the {n_params} tensors in `parameters` are not read by the "
+            f"encoder (shapes {shapes[:5]}{' ...' if len(shapes) > 5 else ''}) and get no gradient from "
             f"it; under DistributedDataParallel(find_unused_parameters=True) that stalls the step. "
             f"Pass only the encoder's parameters. (Warned once per process.)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
