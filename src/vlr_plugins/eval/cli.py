@@ -242,7 +242,7 @@ def add_cli(sub: Any) -> None:
     from vlr_plugins.mllm.model_dtype import add_model_dtype_option
 
     s = sub.add_parser(
-        "eval", help="recall@1/5/10 of a text model on image or video benchmarks (streaming, exact)",
+        "eval", help="recall@K and rank metrics of a text model on image or video benchmarks (exact)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Recall@1/5/10 (or the --metrics chosen: r@K, mdr, mnr, mrr@K, ...), both directions, of a\n"
                     "text model against precomputed item embeddings (images or videos; `vlr precompute`), in the\n"
