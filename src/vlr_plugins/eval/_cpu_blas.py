@@ -16,10 +16,15 @@ They round the same dot product differently (so does any one between product sha
 the engine's exactness never depends on a product's bits matching another product's — a
 pass's thresholds and the scores counted against them come from the same kind of tile
 product — but it does need equal embeddings to get equal scores wherever they sit within one
-product (the tie rule). That holds for MKL, and for the others on some CPUs only: on AMD EPYCs
-(Zen 3 with AVX2, Zen 5 with AVX-512) numpy's OpenBLAS 0.3.31 gives a row its
-last-bit-different score at some positions. So numpy's and oneDNN's products are eligible only
-where :func:`eligible` finds they give equal rows and columns equal bits at every position of
+product (the tie rule). That holds for MKL's products of at least 2 rows and 8 columns (its
+one-row products, a matrix-vector product, and those of fewer columns give the last elements
+other bits), and for the others on some CPUs only: on AMD EPYCs (Zen 3 with AVX2, Zen 5 with
+AVX-512) numpy's OpenBLAS 0.3.31 gives a row its last-bit-different score at some positions, and
+on an Intel Xeon (AVX-512) it does in products of fewer than 128 rows or columns (2 x 127,
+17 x 33, ...: its small-matrix kernels). So :func:`tile_product` pads a product of fewer rows or
+columns than :data:`_MIN_ROWS` x :data:`_MIN_COLS` with zero rows, and takes torch's for numpy's
+below :data:`_LARGE` rows or columns; and numpy's and oneDNN's products are eligible only where
+:func:`eligible` finds they give equal rows and columns equal bits at every position of
 products of the engine's kinds of shapes (tails included, one thread and two); the
 calibration records it, and ``VLR_CPU_BLAS=numpy`` (or ``onednn``) where it fails is refused.
 numpy's BLAS threads are limited with ``threadpoolctl`` wherever torch's are
@@ -70,6 +75,12 @@ _ROUNDS = 15
 #: the products :func:`_probe_invariant` checks: full tiles, row and column tails, a single row and column
 #: and whole tiles as large as the engine's (a calibrated share of up to 2^21 scores)
 _PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1), (1100, 2300), (723, 1137))
+#: the smallest product computed as it is: fewer rows or columns are padded with zero rows to this
+#: (on an AVX-512 Xeon MKL gave equal rows and columns equal bits at every position of every product
+#: of 2-24 x 8-129 and larger, one thread and two, and not in one-row or fewer-column ones)
+_MIN_ROWS, _MIN_COLS = 2, 8
+#: numpy's products of fewer rows or columns than this are torch's (OpenBLAS' small-matrix kernels)
+_LARGE = 128
 #: the seeds of the probe's values (each: 1,100 + 2,300 rows, duplicates at strided positions)
 _PROBE_SEEDS = (3, 4)
 
@@ -308,21 +319,31 @@ def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor, *,
     torch's. ``small_temporaries``: oneDNN's product in blocks of :data:`_ONEDNN_BLOCK` squared
     scores rather than one call (for callers that allocate between products). ``new_result_ok``:
     oneDNN's product is returned as it comes, a new contiguous (R, C) tensor, rather than copied
-    into ``out`` (the copy costs ~5 % of the product); the caller reads the returned tensor."""
-    if (out.device.type == "cpu" and rows.dtype == cols.dtype == out.dtype == torch.float32
-            and not (rows.requires_grad or cols.requires_grad) and (name := choice()) != "torch"):
-        if new_result_ok and name == "onednn" and not small_temporaries:
-            return _onednn(rows, cols)
-        _product(name, rows, cols, out, small_temporaries)
-    elif out.device.type == "cpu" and out.shape[1] == 1 and torch.get_num_threads() > 1:
-        # a matrix-vector product: MKL's threaded one gives equal rows last-bit-different scores
-        # depending on where they sit (seen on an AVX-512 Xeon), which would break the tie rule;
-        # on one thread it does not, and a product this small gains nothing from threads
-        with blas_threads(1):
-            torch.mm(rows, cols.T, out=out)
-    else:
-        torch.mm(rows, cols.T, out=out)
+    into ``out`` (the copy costs ~5 % of the product); the caller reads the returned tensor.
+
+    On a CPU every product gives equal rows (and equal columns) of its operands equal bits
+    wherever they sit, so that equal embeddings tie (the engine's tie rule): one of fewer than
+    :data:`_MIN_ROWS` rows or :data:`_MIN_COLS` columns is computed padded with zero rows (a
+    matrix-vector product's last elements differ otherwise), and numpy's BLAS multiplies only
+    products of at least :data:`_LARGE` rows and columns (torch's the others)."""
+    if out.device.type != "cpu" or rows.requires_grad or cols.requires_grad:
+        return torch.mm(rows, cols.T, out=out)
+    if len(rows) < _MIN_ROWS or len(cols) < _MIN_COLS:  # a matrix-vector product or nearly: padded
+        return out.copy_(torch.mm(_at_least(rows, _MIN_ROWS), _at_least(cols, _MIN_COLS).T)[:len(rows), :len(cols)])
+    name = choice() if rows.dtype == cols.dtype == out.dtype == torch.float32 else "torch"
+    if name == "numpy" and min(len(rows), len(cols)) < _LARGE:
+        name = "torch"
+    if name == "torch":
+        return torch.mm(rows, cols.T, out=out)
+    if new_result_ok and name == "onednn" and not small_temporaries:
+        return _onednn(rows, cols)
+    _product(name, rows, cols, out, small_temporaries)
     return out
+
+
+def _at_least(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` (k, D) with zero rows after it up to n rows (``t`` itself when k >= n)."""
+    return t if len(t) >= n else torch.cat([t, t.new_zeros(n - len(t), *t.shape[1:])])
 
 
 @contextlib.contextmanager

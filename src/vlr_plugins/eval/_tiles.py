@@ -50,9 +50,9 @@ def tile_shape(n_items: int, n_texts: int, *, max_chunk_bytes: int, device: torc
     else:  # the engine's 8 times as wide as tall, the statistics passes' square; evened out so that
         # the last tile is not mostly padding
         aspect = 1 if kind == STATISTICS else 8
-        tile_items = _even_split(n_items, max(1, min(math.isqrt(tile_elems // aspect), n_items)))
+        tile_items = even_split(n_items, max(1, min(math.isqrt(tile_elems // aspect), n_items)))
     tile_texts = max(1, min(n_texts, tile_elems // tile_items))
-    return tile_items, _even_split(n_texts, tile_texts)
+    return tile_items, even_split(n_texts, tile_texts)
 
 
 def tile_budget(*, max_chunk_bytes: int, device: torch.device, threads: int | None = None,
@@ -108,7 +108,7 @@ def cpu_tile_elems_per_thread(scores: int | None = None, kind: str = ENGINE) -> 
     return per_thread(l2_share(), calibrate=scores is not None and scores >= CALIBRATE_FROM, kind=kind)
 
 
-def _even_split(total: int, most: int) -> int:
+def even_split(total: int, most: int) -> int:
     """The smallest piece size that covers ``total`` in as few pieces as size ``most`` does."""
     pieces = -(-total // most)
     return -(-total // pieces)

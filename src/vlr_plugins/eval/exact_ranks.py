@@ -10,11 +10,12 @@ tie rule (lower index ahead) is kept by comparing with >= in tiles before the po
 and with > from it on; a query with an exact tie inside its positive's own tile is
 recomputed whole (:func:`~vlr_plugins.eval.row_ranks.row_ranks`).
 
-A pair must get the same float32 bits each time it is scored. BLAS gives a pair the same
-bits wherever it sits in a product of one shape, but not across shapes (a 1-row product
-differs in the last bit, and so may any shape when D is large), so both passes multiply
-tiles of exactly the same shape; every positive pair's score is compared between the two
-passes, and a query whose check fails is recomputed whole too.
+A pair must get the same float32 bits each time it is scored. A product gives a pair the
+same bits wherever it sits in a product of one shape (as
+:func:`~vlr_plugins.eval._cpu_blas.tile_product` makes them: one of a single row is padded,
+for one), but not across shapes, so both passes multiply tiles of exactly the same shape;
+every positive pair's score is compared between the two passes, and a query whose check
+fails is recomputed whole too.
 
 With ``pair_ranks`` the same pass also ranks every text in its owner's row (the positives
 mAP@k and nDCG@k grade: :class:`~vlr_plugins.eval.pair_ranks.PairSlots`, one comparison per

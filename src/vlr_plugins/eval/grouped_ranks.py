@@ -14,7 +14,10 @@ diagonal tile (block b's items x block b's texts). So:
    tie rule (lower index ahead): ``>=`` where the candidates come first, ``>`` after.
 
 Each pair is scored once, so no pair can get two different float32 values and nothing is
-computed twice: the work is the bare multiply plus two comparisons per score. A query
+computed twice: the work is the bare multiply plus two comparisons per score. Every tile is
+multiplied at one shape, the largest block's (zero rows past a smaller block; the blocks are
+evened out), so that equal embeddings in blocks of different sizes still score equally (BLAS
+rounds by a product's shape: :func:`~vlr_plugins.eval._cpu_blas.tile_product`). A query
 with an exact tie inside its diagonal tile is recomputed whole
 (:func:`~vlr_plugins.eval.row_ranks.row_ranks`), as in
 :func:`~vlr_plugins.eval.exact_ranks.exact_ranks`, which handles any other text order.
@@ -35,6 +38,7 @@ from vlr_plugins.eval._tiles import (
     ScoreMatrix,
     count_above,
     count_accumulators,
+    even_split,
     exact_matmuls,
     tile_budget,
 )
@@ -65,6 +69,8 @@ def diagonal_blocks(matrix: ScoreMatrix, buffers: int = 2) -> list[int] | None:
     _, budget = worker_budget(matrix, buffers)
     rows = matrix.chunk_size or max(1, math.isqrt(budget * n_items // n_texts))
     rows = min(rows, n_items, budget)
+    if not matrix.chunk_size:  # evened out: every tile is multiplied at the largest block's shape
+        rows = even_split(n_items, rows)
     cols = _aligned_down(budget // rows)
     first_text = matrix.first_text.tolist()
     if max(b - a for a, b in pairwise(first_text)) > cols:
@@ -149,10 +155,10 @@ class _Worker:
         self._channels = channels
 
     def load_texts(self, block: int, t0: int, t1: int) -> None:
-        """Text block ``block`` (texts t0..t1 - 1) into the text rows, zero rows up to the
-        aligned width; nothing to do when it is there already."""
+        """Text block ``block`` (texts t0..t1 - 1) into the text rows, zero rows after it;
+        nothing to do when it is there already."""
         if self.loaded != block:
-            self.matrix.texts.load(slice(t0, t1), self.text_rows[:_aligned_up(t1 - t0)])
+            self.matrix.texts.load(slice(t0, t1), self.text_rows)
             self.loaded = block
 
     def score(self, item_block: tuple[int, int], text_block: tuple[int, int]) -> tuple[torch.Tensor, ...]:
@@ -163,13 +169,15 @@ class _Worker:
         (a0, a1), (t0, t1) = item_block, text_block
         key = (a1 - a0, t1 - t0)
         if key not in self._views:  # a few shapes recur: their views made once (~15 us a tile otherwise)
-            shape = (a1 - a0, _aligned_up(t1 - t0))
+            shape = (len(self.item_rows), len(self.text_rows))
             out, work, *spare = (b[:shape[0] * shape[1]].view(shape) for b in self.buffers)
-            self._views[key] = (self.item_rows[:a1 - a0], self.text_rows[:shape[1]], out, work[:, :t1 - t0],
-                                spare[0][:, :t1 - t0] if spare else None)
-        item_rows, text_rows, out, work, spare = self._views[key]
-        self.matrix.items.load(slice(a0, a1), item_rows)
-        scores = tile_product(item_rows, text_rows, out, new_result_ok=True)[:, :t1 - t0]
+            self._views[key] = (out, work[:a1 - a0, :t1 - t0], spare[0][:a1 - a0, :t1 - t0] if spare else None)
+        out, work, spare = self._views[key]
+        # every tile is one product of the buffers' whole shape (zero rows past the blocks):
+        # BLAS gives equal pairs equal bits within one shape, not across shapes, so equal
+        # embeddings in tiles of blocks of other sizes still tie (the tie rule)
+        self.matrix.items.load(slice(a0, a1), self.item_rows)
+        scores = tile_product(self.item_rows, self.text_rows, out, new_result_ok=True)[:a1 - a0, :t1 - t0]
         return scores, work, spare
 
     def channel_views(self, direction: str, block: int, q0: int, q1: int) -> list[tuple[torch.Tensor, ...] | None]:

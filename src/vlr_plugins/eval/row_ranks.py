@@ -99,11 +99,18 @@ def gallery_scores(matrix: ScoreMatrix, query_side: UnitRows, queries: torch.Ten
     gallery_rows = torch.empty(matrix.tile_texts, matrix.dim, device=matrix.device, dtype=dtype)
     scores = torch.empty(len(queries), len(gallery), device=matrix.device, dtype=dtype)
     query_side.load(queries, query_rows)
-    # a block's product is a temporary (Q, block): at most a sixth of the scores' bytes
+    # a block's product is a temporary (Q, block): at most a sixth of the scores' bytes. Every
+    # block is a product of one shape (the last one's rows padded with zeros, its product
+    # copied): BLAS gives equal gallery rows equal bits within one shape only, and the tie
+    # rule needs them equal across a query's row
     block = max(1, min(matrix.tile_texts, -(-len(gallery) // 6)))
     for start in range(0, len(gallery), block):
         k = gallery.load(slice(start, start + block), gallery_rows[:block])
-        tile_product(query_rows, gallery_rows[:k], scores[:, start:start + k])
+        if k == block:
+            tile_product(query_rows, gallery_rows[:block], scores[:, start:start + k])
+        else:
+            padded = torch.empty(len(queries), block, device=matrix.device, dtype=dtype)
+            scores[:, start:start + k] = tile_product(query_rows, gallery_rows[:block], padded)[:, :k]
     return scores
 
 
