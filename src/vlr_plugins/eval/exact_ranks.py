@@ -10,10 +10,10 @@ tie rule (lower index ahead) is kept by comparing with >= in tiles before the po
 and with > from it on; a query with an exact tie inside its positive's own tile is
 recomputed whole (:func:`~vlr_plugins.eval.row_ranks.row_ranks`).
 
-A pair must get the same float32 bits each time it is scored. A product gives a pair the
-same bits wherever it sits in a product of one shape (as
-:func:`~vlr_plugins.eval._cpu_blas.tile_product` makes them: one of a single row is padded,
-for one), but not across shapes, so both passes multiply tiles of exactly the same shape;
+A pair must get the same float32 bits each time it is scored. Products of one shape give a
+pair the same bits wherever it sits in them (as :func:`~vlr_plugins.eval._cpu_blas.tile_product`
+makes them: a one-row product is padded, for one), but products of different shapes may not,
+so both passes multiply tiles of exactly the same shape;
 every positive pair's score is compared between the two passes, and a query whose check
 fails is recomputed whole too.
 

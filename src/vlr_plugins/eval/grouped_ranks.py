@@ -135,7 +135,10 @@ class _Worker:
         self.matrix, self.ones = matrix, ones
         self.item_rows = torch.empty(rows, matrix.dim, device=device)
         self.text_rows = torch.empty(cols, matrix.dim, device=device)
-        self.buffers = torch.empty(buffers, rows * cols + SLACK, device=device)  # slack: renorm_keys.uniform_
+        storage = torch.empty(buffers, rows * cols + SLACK, device=device)  # slack: renorm_keys.uniform_
+        # every tile's product, work and keys at the whole (rows, cols) shape (see score)
+        self.out, self.work, *spare = (b[:rows * cols].view(rows, cols) for b in storage)
+        self.spare = spare[0] if spare else None
         self.ahead = [torch.zeros_like(channel.ahead) for channel in channels]
         self.pair_counts = [channel.pairs.worker_counts() if channel.pairs is not None else None
                             for channel in channels]
@@ -149,7 +152,7 @@ class _Worker:
         self.reached = {d: torch.empty(max(rows, cols), device=device) for d in self.top1}
         self.counter: TileCounter | None = None  # the keys' own count of every channel of a tile, if any
         self.loaded = -1  # the text block in text_rows
-        self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # (items, texts) -> score's buffer views
+        self._views: dict[tuple[int, int], tuple[torch.Tensor | None, ...]] = {}  # (items, texts) -> work, spare views
         self._channel_views: dict[tuple[str, int], list[tuple[torch.Tensor, ...] | None]] = {}
         self._prefixes: dict[tuple[str, int], torch.Tensor] = {}
         self._channels = channels
@@ -169,15 +172,14 @@ class _Worker:
         (a0, a1), (t0, t1) = item_block, text_block
         key = (a1 - a0, t1 - t0)
         if key not in self._views:  # a few shapes recur: their views made once (~15 us a tile otherwise)
-            shape = (len(self.item_rows), len(self.text_rows))
-            out, work, *spare = (b[:shape[0] * shape[1]].view(shape) for b in self.buffers)
-            self._views[key] = (out, work[:a1 - a0, :t1 - t0], spare[0][:a1 - a0, :t1 - t0] if spare else None)
-        out, work, spare = self._views[key]
+            self._views[key] = (self.work[:key[0], :key[1]],
+                                self.spare[:key[0], :key[1]] if self.spare is not None else None)
+        work, spare = self._views[key]
         # every tile is one product of the buffers' whole shape (zero rows past the blocks):
         # BLAS gives equal pairs equal bits within one shape, not across shapes, so equal
         # embeddings in tiles of blocks of other sizes still tie (the tie rule)
         self.matrix.items.load(slice(a0, a1), self.item_rows)
-        scores = tile_product(self.item_rows, self.text_rows, out, new_result_ok=True)[:a1 - a0, :t1 - t0]
+        scores = tile_product(self.item_rows, self.text_rows, self.out, new_result_ok=True)[:a1 - a0, :t1 - t0]
         return scores, work, spare
 
     def channel_views(self, direction: str, block: int, q0: int, q1: int) -> list[tuple[torch.Tensor, ...] | None]:
