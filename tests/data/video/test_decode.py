@@ -150,6 +150,37 @@ def test_sample_frames_decodes_the_sampled_indices(videos, backend):
     assert len(got) == 10
 
 
+def _sample_in_child(path, out):
+    out.put(sample_frames(path, 4, "middle").numpy())
+
+
+@pytest.mark.parametrize("fmt", ["h264", "h264_lossy"])
+def test_a_process_forked_after_frames_were_converted_decodes_them_too(videos, fmt):
+    """A DataLoader worker is forked from a process that has already converted frames, here
+    with PyAV's own per-thread scaler and with this backend; under PyAV 18.1.1 the forked
+    worker used to hang on its first frame, in the scaler it had inherited."""
+    import multiprocessing
+
+    path = videos[fmt]
+    with av.open(path) as container:
+        next(container.decode(video=0)).to_ndarray(format="rgb24")
+    here = sample_frames(path, 4, "middle")
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_sample_in_child, args=(path, out))
+    child.start()
+    try:
+        there = out.get(timeout=60)
+    except Exception:  # queue.Empty: the child hung or died
+        pytest.fail(f"a forked process did not decode {path} in 60 s (exit code {child.exitcode})")
+    finally:
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    assert torch.equal(torch.from_numpy(there), here)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_window_sampling_lands_inside_the_window(videos, backend):
     window = (0.5, 1.0)  # frames 12..23 at 24 fps

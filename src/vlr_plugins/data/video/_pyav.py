@@ -11,6 +11,11 @@ not reach is read again by decoding from the start, so results are exact even wh
 container's seeking is not. Streams whose packets carry no pts are decoded from the
 start and counted. Frames are turned upright by the stream's display rotation, as
 torchcodec does.
+
+Each opened video converts its frames to RGB with a scaler of its own, not PyAV's
+per-thread one: PyAV 18.1.1 keeps that one (and FFmpeg's scaling threads) for the
+thread's lifetime, so a DataLoader worker forked after the parent had converted a frame
+inherited a scaler whose threads it does not have, and hung on its first frame.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class PyAVVideo:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.frames_decoded = 0
+        self._scaler: Any = None  # made on the first frame; never shared with another video
         self._container = self._open()
         try:
             self._index()
@@ -147,10 +153,13 @@ class PyAVVideo:
         except Exception as e:
             raise self._fail("cannot decode the video", e) from e
 
-    @staticmethod
-    def _rgb(frame: Any) -> torch.Tensor:
+    def _rgb(self, frame: Any) -> torch.Tensor:
         """``(H, W, 3)`` uint8, turned upright by the display matrix's rotation (phone videos)."""
-        rgb = frame.to_ndarray(format="rgb24")
+        if self._scaler is None:
+            from av.video.reformatter import VideoReformatter
+
+            self._scaler = VideoReformatter()
+        rgb = self._scaler.reformat(frame, format="rgb24").to_ndarray()
         turns = round(frame.rotation / 90) % 4  # counter-clockwise quarter turns
         if turns:
             rgb = np.ascontiguousarray(np.rot90(rgb, turns))
