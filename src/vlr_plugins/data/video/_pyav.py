@@ -215,6 +215,7 @@ class PyAVVideo:
                          f"frame(s) {missing[:5]} of {self._count} could not be decoded")
 
     def close(self) -> None:
+        self._scaler = None  # FFmpeg 8 keeps a scaler's graph (MBs) until it is freed
         container, self._container = getattr(self, "_container", None), None
         if container is not None:
             container.close()
