@@ -73,10 +73,16 @@ def _own_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
 
 
+def _given(name: str, rows: int, cols: int) -> bool:
+    """Whether the engine gives ``name``'s BLAS a ``rows`` x ``cols`` product (the documented rule):
+    at least 2 x 8 (smaller ones are padded and torch's), numpy's at least 128 x 128."""
+    return rows >= 2 and cols >= 8 and (name != "numpy" or min(rows, cols) >= 128)
+
+
 def _keeps_equal_rows_equal(name: str) -> bool:
     """The property, checked here with the library's own call: duplicated rows and columns at
-    strided positions of products with and without tails, on one thread and two, for two sets
-    of values (whether a BLAS breaks it depends on them)."""
+    strided positions of the products with and without tails that the engine gives it, on one
+    thread and two, for two sets of values (whether a BLAS breaks it depends on them)."""
     for seed in (11, 12):
         g = torch.Generator().manual_seed(seed)
         a, b = torch.randn(260, 256, generator=g), torch.randn(650, 256, generator=g)
@@ -85,7 +91,10 @@ def _keeps_equal_rows_equal(name: str) -> bool:
         b[::43] = b[2].clone()
         for threads in (1, 2):
             with blas_threads(threads):
-                for r, c in [(260, 650), (97, 650), (260, 61), (1, 650), (260, 1), (1040, 2200), (611, 1203)]:
+                for r, c in [(260, 650), (128, 650), (260, 131), (97, 650), (260, 61), (1, 650), (260, 1),
+                             (1040, 2200), (611, 1203)]:
+                    if not _given(name, r, c):
+                        continue
                     block = _own_product(name, a[:r], b[:c])[::29, ::43]
                     if not bool((block == block.flatten()[0]).all()):
                         return False
@@ -119,6 +128,28 @@ def test_a_product_is_eligible_only_where_it_scores_equal_rows_equally(monkeypat
             assert choice() != name
     finally:
         _cpu_blas._machine_entry.cache_clear()
+
+
+@pytest.mark.parametrize("rows,cols", [(127, 700), (700, 127), (1, 700), (700, 7), (128, 128)])
+def test_numpys_blas_gets_no_product_smaller_than_it_is_probed_at(monkeypatch, rows, cols):
+    """Below 128 rows or columns numpy's OpenBLAS takes its small-matrix kernels (equal rows got
+    different bits on a Xeon): those products are torch's, and numpy's are only the ones probed."""
+    if not _cpu_blas.eligible("numpy"):
+        pytest.skip("numpy's BLAS is not eligible on this CPU")
+    monkeypatch.setenv("VLR_CPU_BLAS", "numpy")
+    given, matmul = [], np.matmul
+
+    def watched(x, y, **kwargs):  # numpy's own product, its shapes noted
+        given.append((x.shape[0], y.shape[1]))
+        return matmul(x, y, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", watched)
+    g = torch.Generator().manual_seed(rows + cols)
+    a, b = torch.randn(rows, 256, generator=g), torch.randn(cols, 256, generator=g)
+    got = tile_product(a, b, torch.empty(rows, cols))
+    monkeypatch.undo()
+    assert given == ([(rows, cols)] if _given("numpy", rows, cols) else [])
+    torch.testing.assert_close(got.double(), a.double() @ b.double().T, rtol=1e-5, atol=1e-4)
 
 
 def test_measured_once_per_machine_and_kept(monkeypatch, tmp_path):

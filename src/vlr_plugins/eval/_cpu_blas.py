@@ -67,14 +67,17 @@ _MARGIN = 0.95
 #: 2.5-3x at 10K x 50K; in blocks: as with torch's product)
 _ONEDNN_BLOCK = 256
 #: the version of :func:`_probe_invariant`'s checks a cache entry was probed with (an older
-#: entry is measured and probed again: 2 = whole-tile oneDNN calls, tile-sized probe shapes)
-_PROBE_VERSION = 2
+#: entry is measured and probed again: 2 = whole-tile oneDNN calls, tile-sized probe shapes; 3 = only
+#: the shapes :func:`tile_product` gives the BLAS probed, numpy's smallest among them)
+_PROBE_VERSION = 3
 #: the calibration's product: a tile of the engine's shape, one thread
 _SHAPE = (1024, 256, 1024)
 _ROUNDS = 15
-#: the products :func:`_probe_invariant` checks: full tiles, row and column tails, a single row and column
-#: and whole tiles as large as the engine's (a calibrated share of up to 2^21 scores)
-_PROBE_SHAPES = ((300, 700), (129, 700), (300, 77), (1, 700), (300, 1), (1100, 2300), (723, 1137))
+#: the products :func:`_probe_invariant` checks, each for the BLAS :func:`tile_product` gives it to: full
+#: tiles, row and column tails (the smallest numpy's BLAS gets among them), and whole tiles as large as
+#: the engine's (a calibrated share of up to 2^21 scores)
+_PROBE_SHAPES = ((300, 700), (129, 700), (128, 700), (300, 128), (300, 77), (2, 700), (300, 8), (1100, 2300),
+                 (723, 1137))
 #: the smallest product computed as it is: fewer rows or columns are padded with zero rows to this
 #: (on an AVX-512 Xeon MKL gave equal rows and columns equal bits at every position of every product
 #: of 2-24 x 8-129 and larger, one thread and two, and not in one-row or fewer-column ones)
@@ -164,8 +167,8 @@ def _available(name: str) -> bool:
 
 def _probe_invariant(name: str) -> bool:
     """Whether ``name``'s BLAS gives equal rows (and equal columns) equal bits wherever they sit
-    in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES`, on one
-    thread and on two, oneDNN's in whole calls and in small blocks, over :data:`_PROBE_SEEDS`'s
+    in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES` that
+    :func:`tile_product` gives to ``name``'s BLAS, on one thread and on two, oneDNN's in whole calls and in small blocks, over :data:`_PROBE_SEEDS`'s
     values (~0.1 s). Whether a BLAS breaks the rule depends on the values: numpy's OpenBLAS on an
     AMD Zen 5 broke it at every shape for 11 of 12 seeds and at none for the twelfth."""
     if not _available(name):
@@ -181,6 +184,8 @@ def _probe_invariant(name: str) -> bool:
         for threads in (1, 2):
             with blas_threads(threads):
                 for (r, c), small in itertools.product(_PROBE_SHAPES, (False, True) if name == "onednn" else (False,)):
+                    if _blas_for(name, r, c) != name:
+                        continue
                     out = torch.empty(r, c)
                     _product(name, a[:r], b[:c], out, small)
                     block = out[::37, ::41]
@@ -330,15 +335,20 @@ def tile_product(rows: torch.Tensor, cols: torch.Tensor, out: torch.Tensor, *,
         return torch.mm(rows, cols.T, out=out)
     if len(rows) < _MIN_ROWS or len(cols) < _MIN_COLS:  # a matrix-vector product or nearly: padded
         return out.copy_(torch.mm(_at_least(rows, _MIN_ROWS), _at_least(cols, _MIN_COLS).T)[:len(rows), :len(cols)])
-    name = choice() if rows.dtype == cols.dtype == out.dtype == torch.float32 else "torch"
-    if name == "numpy" and min(len(rows), len(cols)) < _LARGE:
-        name = "torch"
+    name = _blas_for(choice(), len(rows), len(cols)) if rows.dtype == cols.dtype == out.dtype == torch.float32 \
+        else "torch"
     if name == "torch":
         return torch.mm(rows, cols.T, out=out)
     if new_result_ok and name == "onednn" and not small_temporaries:
         return _onednn(rows, cols)
     _product(name, rows, cols, out, small_temporaries)
     return out
+
+
+def _blas_for(name: str, rows: int, cols: int) -> str:
+    """The BLAS that multiplies a ``rows`` x ``cols`` float32 product of at least :data:`_MIN_ROWS` x
+    :data:`_MIN_COLS` when ``name``'s is chosen: numpy's only from :data:`_LARGE` rows and columns."""
+    return "torch" if name == "numpy" and min(rows, cols) < _LARGE else name
 
 
 def _at_least(t: torch.Tensor, n: int) -> torch.Tensor:
