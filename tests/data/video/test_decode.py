@@ -150,12 +150,13 @@ def test_sample_frames_decodes_the_sampled_indices(videos, backend):
     assert len(got) == 10
 
 
-def _sample_in_child(path, out):
-    out.put(sample_frames(path, 4, "middle").numpy())
+def _sample_in_child(path, backend, out):
+    out.put(sample_frames(path, 4, "middle", backend=backend).numpy())
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fmt", ["h264", "h264_lossy"])
-def test_a_process_forked_after_frames_were_converted_decodes_them_too(videos, fmt):
+def test_a_process_forked_after_frames_were_converted_decodes_them_too(videos, fmt, backend):
     """A DataLoader worker is forked from a process that has already converted frames, here
     with PyAV's own per-thread scaler and with this backend; under PyAV 18.1.1 the forked
     worker used to hang on its first frame, in the scaler it had inherited."""
@@ -164,10 +165,10 @@ def test_a_process_forked_after_frames_were_converted_decodes_them_too(videos, f
     path = videos[fmt]
     with av.open(path) as container:
         next(container.decode(video=0)).to_ndarray(format="rgb24")
-    here = sample_frames(path, 4, "middle")
+    here = sample_frames(path, 4, "middle", backend=backend)
     context = multiprocessing.get_context("fork")
     out = context.Queue()
-    child = context.Process(target=_sample_in_child, args=(path, out))
+    child = context.Process(target=_sample_in_child, args=(path, backend, out))
     child.start()
     try:
         there = out.get(timeout=60)
