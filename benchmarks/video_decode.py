@@ -83,9 +83,13 @@ class Clips(torch.utils.data.Dataset):
             return self.decoded[c][idx]
         if self.method == "pyav-all":
             import av
+            from av.video.reformatter import VideoReformatter
 
+            # a scaler of this clip's own: PyAV 18.1.1's per-thread one, inherited by a worker
+            # forked after this process converted frames, hangs it (vlr_plugins.data.video._pyav)
+            scaler = VideoReformatter()
             with av.open(self.paths[c]) as container:
-                frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+                frames = [scaler.reformat(f, format="rgb24").to_ndarray() for f in container.decode(video=0)]
             return torch.from_numpy(np.stack([frames[j] for j in idx]))
         return sample_frames(self.paths[c], N_SAMPLES, self.strategy, seed=i, backend=self.method)
 

@@ -74,6 +74,46 @@ def write_video(path: str | os.PathLike[str], fmt: str = "h264", num_frames: int
     return path
 
 
+#: files that torchcodec (on Debian 12's FFmpeg 5.1) did not read right, and PyAV did
+#: (``write_awkward_video``): MPEG-4 Part 2 with B-frames in AVI, as DivX / Xvid store them
+#: ("packed B-frames"); open-GOP H.264; frames whose timestamps collapse into shared ones (a
+#: millisecond clock written with a 1/24 s time base)
+AWKWARD = {
+    "packed_b_avi": dict(suffix=".avi", codec="mpeg4", pix_fmt="yuv420p", options={"g": "7", "bf": "1"}),
+    "open_gop": dict(suffix=".mp4", codec="libx264", pix_fmt="yuv420p",
+                     options={"g": "4", "bf": "2", "crf": "18", "x264-params": "open-gop=1"}),
+    "shared_pts": dict(suffix=".mkv", codec="libvpx-vp9", pix_fmt="yuv420p",
+                       options={"g": "11", "deadline": "realtime"}),
+}
+
+
+def write_awkward_video(path: str | os.PathLike[str], kind: str, num_frames: int = 40, fps: int = 30) -> str:
+    """One of :data:`AWKWARD`'s files of :func:`frame_content` frames; returns its path."""
+    from fractions import Fraction
+
+    import av
+
+    spec = AWKWARD[kind]
+    path = os.fspath(path) + spec["suffix"]
+    with av.open(path, "w") as container:
+        stream = container.add_stream(spec["codec"], rate=24 if kind == "shared_pts" else fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, spec["pix_fmt"]
+        stream.options = dict(spec["options"])
+        if kind == "shared_pts":
+            stream.time_base = Fraction(1, 1000)
+        pts = 0
+        for k in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(frame_content(k), format="rgb24")
+            if kind == "shared_pts":  # 20-100 ms apart, on a 1/24 s encoder clock: some fall together
+                frame.pts, frame.time_base = pts, Fraction(1, 1000)
+                pts += (20, 40, 41, 100)[k % 4]
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
 def nearest_written_frame(decoded: np.ndarray, num_frames: int) -> int:
     """Which written frame k a decoded ``(H, W, 3)`` frame is closest to (mean absolute error)."""
     written = video_frames(num_frames, *decoded.shape[:2]).astype(np.int16)

@@ -66,6 +66,7 @@ __all__ = [
     "VIDEO_BACKENDS",
     "VideoInfo",
     "VideoDecodeError",
+    "VideoBackendWarning",
     "video_info",
     "read_frames",
     "sample_frames",
@@ -101,7 +102,7 @@ _LAZY = {name: f"vlr_plugins.data.{module}" for module, names in {
     "text_views": ("DrawnText", "TextView", "TextViews", "check_samples_have_views", "draw_texts"),
     "video_media": ("VideoClips",),
     "video": ("CLIP_MEAN", "CLIP_SAMPLERS", "CLIP_STD", "FRAME_STRATEGIES", "IMAGENET_MEAN", "IMAGENET_STD",
-              "VIDEO_BACKENDS", "VideoDecodeError", "VideoInfo", "frame_indices", "normalization_of",
+              "VIDEO_BACKENDS", "VideoBackendWarning", "VideoDecodeError", "VideoInfo", "frame_indices", "normalization_of",
               "read_frames", "sample_frames", "video_info", "video_transform", "window_frames"),
 }.items() for name in names}
 

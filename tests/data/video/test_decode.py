@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -21,12 +22,14 @@ from vlr_plugins.errors import DataFormatError
 av = pytest.importorskip("av")
 
 from _videos import (  # noqa: E402
+    AWKWARD,
     FORMATS,
     TOLERANCE,
     nearest_written_frame,
     torchcodec_missing,
     video_frames,
     write_audio_only,
+    write_awkward_video,
     write_video,
 )
 
@@ -86,6 +89,70 @@ def test_video_info_counts_frames_even_when_the_header_does_not(videos, fmt, bac
     info = video_info(videos[fmt], backend=backend)
     assert (info.num_frames, info.fps, info.width, info.height) == (N, 24.0, 64, 48)
     assert info.duration == pytest.approx(N / 24)
+
+
+def test_frame_times_are_the_decoded_frames_times(videos, tmp_path):
+    from vlr_plugins.data.video._pyav import frame_times
+
+    for fmt, path in videos.items():
+        with av.open(path) as container:
+            decoded = [float(f.time) for f in container.decode(video=0)]
+        assert frame_times(path) == pytest.approx(decoded, abs=1e-9), fmt
+    assert frame_times(write_awkward_video(tmp_path / "shared", "shared_pts")) is None  # known only by counting
+    with pytest.raises(VideoDecodeError, match="no video stream"):
+        frame_times(write_audio_only(tmp_path / "sound.wav"))
+
+
+def _torchcodec_alone_reads(path, index_sets, reference) -> bool:
+    """Whether torchcodec's own decoder, opened afresh for each set, gives exactly its frames."""
+    from torchcodec.decoders import VideoDecoder
+
+    for indices in index_sets:
+        try:
+            got = VideoDecoder(path, seek_mode="exact", dimension_order="NHWC").get_frames_at(sorted(set(indices)))
+        except RuntimeError:
+            return False
+        if not torch.equal(got.data, reference[sorted(set(indices))]):
+            return False
+    return True
+
+
+@pytest.mark.skipif(torchcodec_missing() is not None, reason=str(torchcodec_missing()))
+@pytest.mark.parametrize("kind", sorted(AWKWARD))
+def test_torchcodecs_frames_are_checked_and_what_it_gets_wrong_pyav_reads(tmp_path, kind):
+    """Files torchcodec did not read right here (its module's docstring): the backend still
+    returns exactly the frames asked for, and says (once a file) where PyAV read them."""
+    from vlr_plugins.data.video import VideoBackendWarning
+
+    path = write_awkward_video(tmp_path / kind, kind)
+    reference = decode_everything(path)
+    n = len(reference)
+    draw = random.Random(kind)
+    index_sets = [[i] for i in range(n)] + [draw.sample(range(n), draw.randint(2, 9)) for _ in range(10)]
+    index_sets.append(list(range(n)))
+    alone = _torchcodec_alone_reads(path, index_sets, reference)
+    warned = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert video_info(path, backend="torchcodec").num_frames == n
+        for indices in index_sets:
+            assert torch.equal(read_frames(path, indices, backend="torchcodec"), reference[indices]), indices
+        warned = [w for w in caught if issubclass(w.category, VideoBackendWarning)]
+    if kind == "shared_pts":  # frames known only by counting: PyAV reads it whatever torchcodec does
+        assert warned and all("share timestamps" in str(w.message) for w in warned)
+    else:
+        assert bool(warned) == (not alone), [str(w.message) for w in warned[:2]]
+    assert all(str(w.message).startswith(f"{path}: torchcodec ") for w in warned)
+
+
+@pytest.mark.skipif(torchcodec_missing() is not None, reason=str(torchcodec_missing()))
+def test_torchcodec_reads_the_usual_files_itself(videos):
+    from vlr_plugins.data.video import VideoBackendWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", VideoBackendWarning)
+        for path in videos.values():
+            assert torch.equal(read_frames(path, backend="torchcodec"), decode_everything(path))
 
 
 def test_pyav_seeks_instead_of_decoding_from_the_start(videos):

@@ -17,6 +17,7 @@ __all__ = [
     "VIDEO_BACKENDS",
     "VideoInfo",
     "VideoDecodeError",
+    "VideoBackendWarning",
     "video_info",
     "read_frames",
     "sample_frames",
@@ -31,7 +32,7 @@ __all__ = [
 _LAZY = {name: f"vlr_plugins.data.video.{module}" for module, names in {
     "backends": ("VIDEO_BACKENDS",),
     "decode": ("read_frames", "sample_frames", "video_info"),
-    "errors": ("VideoDecodeError",),
+    "errors": ("VideoBackendWarning", "VideoDecodeError"),
     "info": ("VideoInfo",),
     "sampling": ("CLIP_SAMPLERS", "FRAME_STRATEGIES", "frame_indices", "window_frames"),
     "transforms": ("CLIP_MEAN", "CLIP_STD", "IMAGENET_MEAN", "IMAGENET_STD", "normalization_of",

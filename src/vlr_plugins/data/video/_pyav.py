@@ -31,7 +31,7 @@ import torch
 from vlr_plugins.data.video.errors import VideoDecodeError
 from vlr_plugins.data.video.info import VideoInfo
 
-__all__ = ["PyAVVideo"]
+__all__ = ["PyAVVideo", "frame_times"]
 
 BACKEND = "pyav"
 
@@ -43,6 +43,51 @@ def _reason(e: BaseException) -> str:
 
 class _NoTimestamps(Exception):
     """A decoded frame without pts: fall back to counting frames."""
+
+
+def _packet_index(container: Any, stream: Any) -> tuple[list[int | None], list[int], int]:
+    """Demuxing ``stream`` (no decoding): the pts of each frame's packet in file order (None where a
+    packet has none), the keyframes' pts, and the number of packets (discarded ones included)."""
+    pts: list[int | None] = []
+    keyframes: list[int] = []  # their pts: FFmpeg seeks MP4, Matroska, WebM by pts
+    packets = 0
+    for packet in container.demux(stream):
+        if not packet.size:  # the empty packet that ends demuxing
+            continue
+        packets += 1
+        if packet.is_discard:  # outside an edit list: the decoder drops it
+            continue
+        pts.append(packet.pts)
+        if packet.is_keyframe and packet.pts is not None:
+            keyframes.append(packet.pts)
+    return pts, keyframes, packets
+
+
+def frame_times(path: str | os.PathLike[str]) -> list[float] | None:
+    """The presentation time in seconds of each frame of the file's first video stream, in
+    order, from its packets alone (demuxing, no decoding): the index :class:`PyAVVideo` finds
+    frames by. None where the packets do not give every frame a timestamp of its own (frames
+    are then known only by counting them); a :class:`VideoDecodeError` where the file cannot
+    be demuxed."""
+    import av
+
+    path = os.fspath(path)
+    try:
+        with av.open(path) as container:
+            if not container.streams.video:
+                raise VideoDecodeError(path, "cannot open the video", backend=BACKEND,
+                                       reason="the file has no video stream")
+            stream = container.streams.video[0]
+            pts, _, _ = _packet_index(container, stream)
+            base = stream.time_base
+    except VideoDecodeError:
+        raise
+    except Exception as e:
+        raise VideoDecodeError(path, "cannot read the video's packets", backend=BACKEND, reason=_reason(e)) from e
+    if not pts or None in pts or len(set(pts)) != len(pts) or base is None:
+        return None
+    num, den = base.numerator, base.denominator
+    return [t * num / den for t in sorted(pts)]  # type: ignore[operator]  # int / int: correctly rounded
 
 
 class PyAVVideo:
@@ -84,19 +129,8 @@ class PyAVVideo:
 
     def _index(self) -> None:
         stream = self._stream
-        pts: list[int | None] = []
-        keyframes: list[int] = []  # their pts: FFmpeg seeks MP4, Matroska, WebM by pts
-        packets = 0
         try:
-            for packet in self._container.demux(stream):
-                if not packet.size:  # the empty packet that ends demuxing
-                    continue
-                packets += 1
-                if packet.is_discard:  # outside an edit list: the decoder drops it
-                    continue
-                pts.append(packet.pts)
-                if packet.is_keyframe and packet.pts is not None:
-                    keyframes.append(packet.pts)
+            pts, keyframes, packets = _packet_index(self._container, stream)
         except Exception as e:
             raise self._fail("cannot read the video's packets", e) from e
         declared = stream.frames

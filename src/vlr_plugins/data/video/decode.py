@@ -7,9 +7,10 @@
 
 ``backend="pyav"`` (the default; PyAV's wheels carry FFmpeg) or ``"torchcodec"`` (seeking
 in C++ on the system's FFmpeg libraries; slower than PyAV in docs/benchmarks.md). Both
-index every frame of the file before decoding and return the same frames; what each
-does is in docs/video.md. A file that
-cannot be read raises :class:`~vlr_plugins.data.video.VideoDecodeError` (a
+index every frame of the file before decoding and return the same frames: torchcodec's are
+checked against the packets' timestamps, and a file it gets wrong is read with PyAV (a
+:class:`~vlr_plugins.data.video.VideoBackendWarning` says so). What each does is in
+docs/video.md. A file that cannot be read raises :class:`~vlr_plugins.data.video.VideoDecodeError` (a
 :class:`~vlr_plugins.errors.DataFormatError`) naming the path and the decoder's reason.
 """
 

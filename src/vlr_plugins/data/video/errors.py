@@ -6,7 +6,7 @@ import os
 
 from vlr_plugins.errors import DataFormatError
 
-__all__ = ["VideoDecodeError"]
+__all__ = ["VideoBackendWarning", "VideoDecodeError"]
 
 
 class VideoDecodeError(DataFormatError):
@@ -25,3 +25,10 @@ class VideoDecodeError(DataFormatError):
         self.backend = backend
         self.reason = reason
         super().__init__(path, f"{problem} ({backend}): {reason}")
+
+
+class VideoBackendWarning(UserWarning):
+    """A video the backend asked for does not read right, so another backend reads it:
+    torchcodec's frames that are not the ones asked for, read with PyAV instead (the message
+    names the file and what torchcodec got wrong). Silence it with
+    ``warnings.filterwarnings("ignore", category=VideoBackendWarning)``."""
