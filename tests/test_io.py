@@ -121,3 +121,50 @@ def test_staged_dir_replaces_the_folder_whole_or_leaves_it(tmp_path):
         (tmp / "b.txt").write_text("third")
     assert sorted(p.name for p in out.iterdir()) == ["b.txt"]  # replaced whole, not merged
     assert sorted(p.name for p in out.parent.iterdir()) == ["model"]  # no staging folder left
+
+
+def _folder(path, files=("a", "b", "c")):
+    path.mkdir()
+    for name in files:
+        (path / name).write_text(name)
+    return path
+
+
+def test_delete_dir_takes_the_folder_away_whole_even_when_the_deletion_stops_halfway(tmp_path, monkeypatch):
+    import shutil
+
+    from vlr_plugins._io import delete_dir, deleted_dir_of
+
+    work = _folder(tmp_path / ".store.partial")
+    rmtree = shutil.rmtree
+
+    def killed_halfway(path, *args, **kwargs):  # one file deleted, then the process is gone
+        os.unlink(os.path.join(path, sorted(os.listdir(path))[0]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        delete_dir(work)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert not work.exists()  # nothing of it is left where it was
+    assert sorted(os.listdir(deleted_dir_of(work))) == ["b", "c"]
+    _folder(work, ("d",))  # the next run's folder of the same name
+    delete_dir(work)  # takes the leftover too
+    assert sorted(os.listdir(tmp_path)) == []
+    delete_dir(work)  # a missing folder: nothing to do
+
+
+def test_delete_dir_ignoring_errors_still_deletes_what_it_can(tmp_path, monkeypatch):
+    from vlr_plugins._io import delete_dir
+
+    work = _folder(tmp_path / "parts")
+
+    def refused(src, dst):
+        raise PermissionError(13, "Permission denied", str(src))
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(PermissionError):
+        delete_dir(work)
+    assert work.is_dir()
+    delete_dir(work, ignore_errors=True)
+    assert not work.exists()

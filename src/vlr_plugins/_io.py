@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "fsync_dir", "read_yaml",
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "check_output_dir", "delete_dir",
+           "deleted_dir_of", "fsync_dir", "read_yaml",
            "replace_dir", "safe_yaml_loader", "staged_dir"]
 
 
@@ -115,6 +116,39 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         fsync_dir(folder)
+
+
+def deleted_dir_of(folder: str | os.PathLike) -> Path:
+    """Where :func:`delete_dir` moves ``folder`` to delete it: ``.NAME.deleting`` beside it."""
+    folder = Path(folder)
+    return folder.with_name(f".{folder.name}.deleting")
+
+
+def delete_dir(folder: str | os.PathLike, *, ignore_errors: bool = False) -> None:
+    """Delete the folder ``folder`` so that a kill at any moment leaves all of it or none of it
+    where it was: it is first renamed to :func:`deleted_dir_of` (one atomic step, made durable),
+    then deleted there. ``shutil.rmtree`` alone, killed halfway, leaves some of its files (a
+    store's parts without the file that says what they are). What a kill leaves at the
+    deleted name is deleted by the next call for the same folder; nothing reads it. A missing
+    ``folder`` is nothing to do. ``ignore_errors``: where the folder cannot be moved or
+    deleted, delete what can be and go on (for clean-ups after the work is done)."""
+    import shutil
+
+    folder = Path(folder)
+    trash = deleted_dir_of(folder)
+    try:
+        if trash.is_dir():
+            shutil.rmtree(trash)
+        if not folder.exists():
+            return
+        os.replace(folder, trash)
+        fsync_dir(folder.parent)
+        shutil.rmtree(trash)
+    except OSError:
+        if not ignore_errors:
+            raise
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def replace_dir(tmp: str | os.PathLike, out_dir: str | os.PathLike, *,

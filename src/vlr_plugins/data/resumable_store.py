@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from vlr_plugins._io import fsync_dir, replace_dir
+from vlr_plugins._io import delete_dir, deleted_dir_of, fsync_dir, replace_dir
 from vlr_plugins.data.embedding_store import (
     _DTYPES,
     _INDEX,
@@ -59,6 +59,7 @@ _WORK_FORMAT = "vlr-embedding-store-partial"
 _HEADER = "partial.json"
 _IDS_KEY = "ids"  # the safetensors metadata entry of a part that lists its rows' ids
 _PART = re.compile(r"^embeddings-(\d{5,})\.safetensors$")
+_SAFETENSORS_TMP = re.compile(r"^\.tmp[0-9A-Za-z]{6}$")
 _SEED_ROWS = 65_536  # rows per part when a finished store's rows are carried into a resumed run
 
 
@@ -95,8 +96,12 @@ def _write_json_durably(path: Path, obj: Any) -> None:
 
 
 def _is_stray(entry: Path) -> bool:
-    """A temporary file a killed run left in a work folder (a part or a JSON file half written)."""
-    return entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file()
+    """A temporary file a killed run left in a work folder: a part or a JSON file half written
+    (``.NAME.tmp``), or safetensors' own temporary file, which it writes beside its target and
+    renames onto it (``.tmp`` and six letters or digits: Rust's ``tempfile``)."""
+    name = entry.name
+    return ((name.startswith(".") and name.endswith(".tmp")) or bool(_SAFETENSORS_TMP.match(name))) \
+        and entry.is_file()
 
 
 def _foreign_entries(work: Path) -> list[str]:
@@ -415,6 +420,7 @@ class ResumableEmbeddingStoreWriter:
         progress = check_resumable_target(self.out_dir, resume=resume, overwrite=overwrite, dim=dim,
                                           dtype=dtype, meta=self.meta)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(deleted_dir_of(self.work_dir), ignore_errors=True)  # what a killed deletion left
         _finish_interrupted_close(self.out_dir)
         self._parts: list[tuple[str, int]] = []
         self._ids: list[str] = []
@@ -422,7 +428,7 @@ class ResumableEmbeddingStoreWriter:
         self._next = 0
         keep = progress is not None
         if self.work_dir.is_dir() and not keep:
-            shutil.rmtree(self.work_dir)  # discarded (overwrite), or a run killed before its first part
+            delete_dir(self.work_dir)  # discarded (overwrite), or a run killed before its first part
         if self.work_dir.is_dir():
             self._load_work()
         else:
@@ -450,7 +456,7 @@ class ResumableEmbeddingStoreWriter:
             if _is_stray(entry):
                 entry.unlink()
         if state.header is None:
-            shutil.rmtree(self.work_dir)
+            delete_dir(self.work_dir)
             self._create_work()
             return
         if not (self.work_dir / _HEADER).is_file():
@@ -560,7 +566,7 @@ class ResumableEmbeddingStoreWriter:
         """Delete the work folder and everything in it; ``out_dir`` is left as it was."""
         self._state = "discarded"
         self._pending, self._pending_ids, self._pending_rows = [], [], 0
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        delete_dir(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> ResumableEmbeddingStoreWriter:
         return self

@@ -26,12 +26,12 @@ import json
 import math
 import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlr_plugins._io import delete_dir
 from vlr_plugins._shards import parts_by_count
 from vlr_plugins.data.embedding_store import EmbeddingStore, EmbeddingStoreWriter
 from vlr_plugins.data.resumable_store import (
@@ -230,7 +230,7 @@ class Parts:
             atomic_write_text(failures_out, "".join(lines))
         elif layout.get("writer") == "resumable":
             failures_out.unlink(missing_ok=True)  # as a single-process video run that finishes without failures
-        shutil.rmtree(self.dir, ignore_errors=True)
+        delete_dir(self.dir, ignore_errors=True)  # all or nothing, even if killed
         return MergeResult(self.out, len(seen), len(lines))
 
     def _write(self, stores: list[EmbeddingStore], meta: dict[str, Any], dim: int, dtype: Any,

@@ -27,12 +27,11 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlr_plugins._io import atomic_write_json
+from vlr_plugins._io import atomic_write_json, delete_dir
 from vlr_plugins.errors import DataFormatError, UsageError
 from vlr_plugins._merge_claim import Claim, take_claim
 from vlr_plugins._shards import check_shard_options as _check_pair
@@ -188,7 +187,7 @@ class ShardRun:
         """After ``out`` is written: the run record beside it, then the work folder removed."""
         atomic_write_json(run_record_of(out), {"format": _RUN_FORMAT, "version": _VERSION, "manifest": self.manifest,
                                                "output": _file_identity(out)})
-        shutil.rmtree(self.work, ignore_errors=True)
+        delete_dir(self.work, ignore_errors=True)  # all or nothing, even if killed
 
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,7 +192,7 @@ class CaptionParts:
                 seen[vid] = i
         if check_only:
             return None
-        from vlr_plugins._io import atomic_open, atomic_write_json
+        from vlr_plugins._io import atomic_open, atomic_write_json, delete_dir
 
         failed = [line for i in range(count) for line in _lines(failures_path_of(self.part(i, count)))]
         if failed:
@@ -208,6 +207,6 @@ class CaptionParts:
                 lines = _lines(self.part(i, count))
                 f.writelines(lines)
                 rows += len(lines)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        delete_dir(self.dir, ignore_errors=True)  # all or nothing, even if killed
         return rows, len(failed)
 
