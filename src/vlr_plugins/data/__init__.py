@@ -102,8 +102,9 @@ _LAZY = {name: f"vlr_plugins.data.{module}" for module, names in {
     "text_views": ("DrawnText", "TextView", "TextViews", "check_samples_have_views", "draw_texts"),
     "video_media": ("VideoClips",),
     "video": ("CLIP_MEAN", "CLIP_SAMPLERS", "CLIP_STD", "FRAME_STRATEGIES", "IMAGENET_MEAN", "IMAGENET_STD",
-              "VIDEO_BACKENDS", "VideoBackendWarning", "VideoDecodeError", "VideoInfo", "frame_indices", "normalization_of",
-              "read_frames", "sample_frames", "video_info", "video_transform", "window_frames"),
+              "VIDEO_BACKENDS", "VideoBackendWarning", "VideoDecodeError", "VideoInfo", "frame_indices",
+              "normalization_of", "read_frames", "sample_frames", "video_info", "video_transform",
+              "window_frames"),
 }.items() for name in names}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -168,8 +168,8 @@ def _available(name: str) -> bool:
 def _probe_invariant(name: str) -> bool:
     """Whether ``name``'s BLAS gives equal rows (and equal columns) equal bits wherever they sit
     in a product: duplicates at strided positions of each of :data:`_PROBE_SHAPES` that
-    :func:`tile_product` gives to ``name``'s BLAS, on one thread and on two, oneDNN's in whole calls and in small blocks, over :data:`_PROBE_SEEDS`'s
-    values (~0.1 s). Whether a BLAS breaks the rule depends on the values: numpy's OpenBLAS on an
+    :func:`tile_product` gives to ``name``'s BLAS, on one thread and on two, oneDNN's in whole
+    calls and in small blocks, over :data:`_PROBE_SEEDS`'s values (~0.1 s). Whether a BLAS breaks the rule depends on the values: numpy's OpenBLAS on an
     AMD Zen 5 broke it at every shape for 11 of 12 seeds and at none for the twelfth."""
     if not _available(name):
         return False
